@@ -1,0 +1,45 @@
+"""cirron: OpenTelemetry-native tracing for ML training.
+
+    import cirron as ci
+    ci.profile()        # hooks for torch / tensorflow+keras / transformers
+    trainer.train()     # epochs, steps, forward, backward, ... become spans
+
+Regions and values of your own::
+
+    for epoch in ci.epochs(range(3)):
+        for batch in ci.batches(loader):
+            with ci.scope("augment"):
+                ...
+            ci.mark("loss", loss.item())
+
+Read back with ``ci.trace()``; spans also go to ``./.cirron/spool/`` as
+OTLP/JSON and to any OTLP endpoint set in ``OTEL_EXPORTER_OTLP_ENDPOINT``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .exporters.spool import read_spool, spool_spans
+from .loops import batches, epochs
+from .profiler import Profiler, flush, health, profile, shutdown, trace
+from .scopes import Scope, mark, scope
+from .wrap import wrap
+
+__all__ = [
+    "Profiler",
+    "Scope",
+    "__version__",
+    "batches",
+    "epochs",
+    "flush",
+    "health",
+    "mark",
+    "profile",
+    "read_spool",
+    "scope",
+    "shutdown",
+    "spool_spans",
+    "trace",
+    "wrap",
+]

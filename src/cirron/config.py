@@ -1,0 +1,175 @@
+"""Settings of a profiler: one place that resolves each of them.
+
+Order of precedence, for every setting: the explicit argument of
+``ci.profile()``, then the ``config=`` dict, then the environment variable,
+then the default. A bad argument or ``config=`` value raises a ``ValueError``
+or ``TypeError`` that names it; a bad environment value logs a warning and
+falls back to the default, as the OpenTelemetry SDK does.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import environment as env
+
+_log = logging.getLogger("cirron")
+
+SNAPSHOT_MODES = ("stats", "sampled", "full")
+SINK_NAMES = ("spool", "log", "stdout", "none")
+FRAMEWORK_NAMES = ("torch", "tensorflow", "transformers")
+
+# ci.scope nesting deeper than this is not recorded (the user's code still runs).
+MAX_SCOPE_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class Settings:
+    enabled: bool = True
+    frameworks: tuple[str, ...] | None = None  # None: detect
+    snapshots: str = "stats"
+    sample_rate: float = 0.01
+    flush_interval: float = 1.0
+    path: str = ".cirron"
+    output: tuple[str, ...] = ("spool",)
+    buffer_size: int = 16384
+    trace_buffer: int = 20000
+    exit_timeout: float = 3.0
+    max_events: int = 10000
+    # The whole config= dict, for the user's own feature flags (Profiler.config).
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _positive_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return value
+
+
+def _sample_rate(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number between 0 and 1, got {type(value).__name__}")
+    if not 0.0 <= value <= 1.0:  # also rejects NaN
+        raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def _snapshots(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(SNAPSHOT_MODES)}; got {value!r}")
+    if value not in SNAPSHOT_MODES:
+        raise ValueError(f"{name} must be one of {', '.join(SNAPSHOT_MODES)}; got {value!r}")
+    return value
+
+
+def _path(name: str, value: Any) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{name} must be a non-empty path, got {value!r}")
+    return text
+
+
+def _names(name: str, value: Any, valid: tuple[str, ...]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items: list[Any] = [value]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise TypeError(f"{name} must be a string or a list of strings, got {type(value).__name__}")
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"{name} must contain strings, got {item!r}")
+        if item not in valid:
+            raise ValueError(f"invalid {name} value {item!r}; valid values are: {', '.join(valid)}")
+    return tuple(dict.fromkeys(items))  # de-duplicated, in order
+
+
+def _output(name: str, value: Any) -> tuple[str, ...]:
+    sinks = _names(name, value, SINK_NAMES)
+    return tuple(s for s in sinks if s != "none")
+
+
+def _frameworks(name: str, value: Any) -> tuple[str, ...]:
+    return _names(name, value, FRAMEWORK_NAMES)
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+# setting -> (validator, environment variable, parse env text)
+_RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] = {
+    "frameworks": (_frameworks, env.CIRRON_FRAMEWORKS, _split),
+    "snapshots": (_snapshots, env.CIRRON_SNAPSHOTS, str.strip),
+    "sample_rate": (_sample_rate, env.CIRRON_SAMPLE_RATE, float),
+    "flush_interval": (_positive_number, env.CIRRON_FLUSH_INTERVAL, float),
+    "path": (_path, env.CIRRON_PATH, str.strip),
+    "output": (_output, env.CIRRON_OUTPUT, _split),
+    "buffer_size": (_positive_int, env.CIRRON_BUFFER_SIZE, int),
+    "trace_buffer": (_positive_int, env.CIRRON_TRACE_BUFFER, int),
+    "exit_timeout": (_positive_number, env.CIRRON_EXIT_TIMEOUT, float),
+    "max_events": (_positive_int, env.CIRRON_MAX_EVENTS, int),
+}
+
+
+def _from_environment(setting: str) -> Any:
+    validate, variable, parse = _RULES[setting]
+    text = os.environ.get(variable)
+    if text is None or not text.strip():
+        return None
+    try:
+        return validate(variable, parse(text))
+    except (TypeError, ValueError) as error:
+        _log.warning("cirron: ignoring %s=%r (%s); using the default", variable, text, error)
+        return None
+
+
+def sdk_disabled_by_environment() -> bool:
+    return os.environ.get(env.OTEL_SDK_DISABLED, "").strip().lower() == "true"
+
+
+def resolve(config: Mapping[str, Any] | None, enabled: Any, **arguments: Any) -> Settings:
+    """Resolve every setting: argument > ``config=`` > environment > default."""
+    if config is None:
+        config = {}
+    elif not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    for unknown in set(arguments) - set(_RULES):
+        raise TypeError(f"unknown setting {unknown!r}")
+
+    resolved: dict[str, Any] = {}
+    for setting, (validate, _variable, _parse) in _RULES.items():
+        if arguments.get(setting) is not None:
+            resolved[setting] = validate(setting, arguments[setting])
+        elif config.get(setting) is not None:
+            resolved[setting] = validate(f"config[{setting!r}]", config[setting])
+        else:
+            value = _from_environment(setting)
+            if value is not None:
+                resolved[setting] = value
+    if "enabled" in config and enabled is True:
+        if not isinstance(config["enabled"], bool):
+            raise TypeError("config['enabled'] must be a bool")
+        enabled = config["enabled"]
+    if sdk_disabled_by_environment():
+        enabled = False
+    return Settings(enabled=enabled, config=dict(config), **resolved)

@@ -1,0 +1,41 @@
+"""Every environment variable cirron reads, in one place.
+
+The standard OpenTelemetry variables keep their meaning; the ``CIRRON_*`` ones
+are defaults for the matching :func:`cirron.profile` argument (an explicit
+argument or a ``config=`` key wins over them).
+"""
+
+from __future__ import annotations
+
+# Standard OpenTelemetry variables.
+OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
+OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
+OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
+OTEL_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+OTEL_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+TRACEPARENT = "TRACEPARENT"
+TRACESTATE = "TRACESTATE"
+
+# Settings of cirron.profile().
+CIRRON_FRAMEWORKS = "CIRRON_FRAMEWORKS"  # comma-separated, e.g. "torch,transformers"
+CIRRON_SNAPSHOTS = "CIRRON_SNAPSHOTS"  # stats | sampled | full
+CIRRON_SAMPLE_RATE = "CIRRON_SAMPLE_RATE"  # 0.0 .. 1.0
+CIRRON_FLUSH_INTERVAL = "CIRRON_FLUSH_INTERVAL"  # seconds
+CIRRON_PATH = "CIRRON_PATH"  # local directory, default ./.cirron
+CIRRON_OUTPUT = "CIRRON_OUTPUT"  # comma-separated sinks: spool,log,stdout,none
+CIRRON_BUFFER_SIZE = "CIRRON_BUFFER_SIZE"  # ring buffer capacity, in spans
+CIRRON_TRACE_BUFFER = "CIRRON_TRACE_BUFFER"  # spans kept in memory for ci.trace()
+CIRRON_EXIT_TIMEOUT = "CIRRON_EXIT_TIMEOUT"  # seconds exit may wait for exporters
+CIRRON_MAX_EVENTS = "CIRRON_MAX_EVENTS"  # point marks kept per span
+
+# Platform context, recorded as resource attributes.
+CIRRON_RUN_ID = "CIRRON_RUN_ID"
+TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
+CIRRON_PIPELINE_ID = "CIRRON_PIPELINE_ID"
+CIRRON_DEPLOYMENT_ID = "CIRRON_DEPLOYMENT_ID"
+CIRRON_WORKSPACE_ID = "CIRRON_WORKSPACE_ID"
+RANK = "RANK"
+LOCAL_RANK = "LOCAL_RANK"
+WORLD_SIZE = "WORLD_SIZE"

@@ -1,0 +1,40 @@
+"""Where spans go: the local sinks (``spool``, ``log``, ``stdout``) and OTLP.
+
+Each exporter is a standard OpenTelemetry ``SpanExporter``, so they also work
+with a plain SDK ``BatchSpanProcessor``.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from .console import LogExporter, StdoutExporter
+from .otlp import endpoint_configured, otlp_exporter
+from .spool import SpoolExporter, read_spool, spool_files, spool_spans
+
+__all__ = [
+    "LogExporter",
+    "SpoolExporter",
+    "StdoutExporter",
+    "build_sinks",
+    "endpoint_configured",
+    "otlp_exporter",
+    "read_spool",
+    "spool_files",
+    "spool_spans",
+]
+
+
+def build_sinks(output: tuple[str, ...], path: str, otlp: bool) -> dict[str, SpanExporter]:
+    """Exporters by sink name, for validated ``output`` names (``none`` removed)."""
+    sinks: dict[str, SpanExporter] = {}
+    for name in output:
+        if name == "spool":
+            sinks[name] = SpoolExporter(path)
+        elif name == "log":
+            sinks[name] = LogExporter()
+        elif name == "stdout":
+            sinks[name] = StdoutExporter()
+    if otlp:
+        sinks["otlp"] = otlp_exporter()
+    return sinks

@@ -1,0 +1,96 @@
+"""The ``spool`` sink: each flush becomes one OTLP/JSON file.
+
+Files are ``<path>/spool/<pid>-<sequence>.json``, each an
+``ExportTraceServiceRequest`` in the standard OTLP JSON encoding, so any OTLP
+tool can read or replay them. A file is written under a temporary name and
+renamed into place, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .otlp_json import encode_request
+
+
+class SpoolExporter(SpanExporter):
+    def __init__(self, path: str) -> None:
+        self.directory = os.path.join(path, "spool")
+        self.bytes_written = 0
+        self.files_written = 0
+        self._sequence = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if not spans:
+            return SpanExportResult.SUCCESS
+        payload = json.dumps(encode_request(spans), separators=(",", ":"), allow_nan=False)
+        self._write(payload.encode("utf-8"))
+        return SpanExportResult.SUCCESS
+
+    def _write(self, data: bytes) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        self._sequence += 1
+        final = os.path.join(self.directory, f"{os.getpid()}-{self._sequence:06d}.json")
+        handle, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=self.directory)
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(data)
+            # mkstemp makes the file 0600; give it the user's umask like any file.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
+            os.replace(temporary, final)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise
+        self.bytes_written += len(data)
+        self.files_written += 1
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def spool_files(path: str = ".cirron") -> list[str]:
+    """The spool files under ``path``, oldest first per process."""
+
+    def order(name: str) -> tuple[int, int]:
+        pid, _, sequence = os.path.basename(name)[: -len(".json")].partition("-")
+        return int(pid), int(sequence)
+
+    names = glob.glob(os.path.join(path, "spool", "*-*.json"))
+    return sorted(names, key=order)
+
+
+def read_spool(path: str = ".cirron") -> list[dict[str, Any]]:
+    """Every spool file under ``path`` as an OTLP/JSON request dict."""
+    requests = []
+    for name in spool_files(path):
+        with open(name, encoding="utf-8") as stream:
+            requests.append(json.load(stream))
+    return requests
+
+
+def spool_spans(path: str = ".cirron") -> list[dict[str, Any]]:
+    """All spans of the spool as OTLP/JSON dicts, each with its ``resource`` attributes."""
+    spans = []
+    for request in read_spool(path):
+        for resource_spans in request.get("resourceSpans", []):
+            resource = resource_spans.get("resource", {}).get("attributes", [])
+            for scope_spans in resource_spans.get("scopeSpans", []):
+                for span in scope_spans.get("spans", []):
+                    spans.append(dict(span, resource=resource))
+    return spans

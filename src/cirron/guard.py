@@ -1,0 +1,42 @@
+"""The one guard around foreign ground: hooks, exporters, framework callbacks.
+
+Anything that runs inside the user's training goes through :func:`guarded` or
+:func:`call_guarded`: an ``Exception`` is caught, counted in ``ci.health()``
+and reported with one warning per site; the training code carries on.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from . import recorder
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def call_guarded(site: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``function``; on an exception, report it for ``site`` and return None."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - this is the guard
+        recorder.current_health().failed(site, error)
+        return None
+
+
+def guarded(site: str) -> Callable[[F], F]:
+    """Decorator form of :func:`call_guarded`."""
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return function(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - this is the guard
+                recorder.current_health().failed(site, error)
+                return None
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

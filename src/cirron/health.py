@@ -1,0 +1,84 @@
+"""Counters behind ``ci.health()``, and the warn-once reporting of failures.
+
+Counters on the hot path (spans started/ended) are ``itertools.count``
+objects: ``next()`` on them is atomic under the GIL, so threads never lose an
+increment and need no lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import Any
+
+_log = logging.getLogger("cirron")
+
+
+def _value(counter: itertools.count) -> int:
+    # An itertools.count can't be read without advancing it; its pickle form
+    # carries the next value.
+    return counter.__reduce__()[1][0]  # type: ignore[index, no-any-return]
+
+
+class Health:
+    """What went right and wrong for one profiler (or the in-memory recorder)."""
+
+    def __init__(self) -> None:
+        self._started = itertools.count()
+        self._ended = itertools.count()
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {
+            "spans_exported": 0,
+            "spans_dropped": 0,
+            "marks_dropped": 0,
+            "scopes_too_deep": 0,
+            "hook_errors": 0,
+            "export_errors": 0,
+        }
+        self.errors_by_site: dict[str, int] = {}
+        self.last_export_error: str | None = None
+        self._warned: set[str] = set()
+
+    def span_started(self) -> None:
+        next(self._started)
+
+    def span_ended(self) -> None:
+        next(self._ended)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        with self._lock:
+            self.counts[name] += amount
+
+    def warn_once(self, site: str, message: str, *args: Any) -> None:
+        """Log ``message`` the first time ``site`` reports, then stay quiet."""
+        with self._lock:
+            if site in self._warned:
+                return
+            self._warned.add(site)
+        _log.warning(message, *args)
+
+    def failed(self, site: str, error: BaseException, counter: str = "hook_errors") -> None:
+        """Count a failure of our own code at ``site`` and warn once about it."""
+        with self._lock:
+            self.counts[counter] += 1
+            self.errors_by_site[site] = self.errors_by_site.get(site, 0) + 1
+            if counter == "export_errors":
+                self.last_export_error = f"{site}: {type(error).__name__}: {error}"[:500]
+        self.warn_once(
+            site,
+            "cirron: %s failed (%s: %s); training continues, further errors here are "
+            "only counted in ci.health()",
+            site,
+            type(error).__name__,
+            error,
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            report: dict[str, Any] = dict(self.counts)
+            report["errors_by_site"] = dict(self.errors_by_site)
+            report["last_export_error"] = self.last_export_error
+        report["spans_started"] = _value(self._started)
+        report["spans_ended"] = _value(self._ended)
+        return report

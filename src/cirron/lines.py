@@ -1,0 +1,88 @@
+"""The one-line text form of a span, shared by the stdout/log sinks and ``ci.trace()``.
+
+``epoch[0] - 142us {epoch_loss=0.5234, lr=0.001}``: the name, ``[index]`` when
+the span has one, the duration with a unit (or ``open``), then in braces the
+summary marks and the last value of each point mark.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MARK_PREFIX = "mark."
+
+
+def format_duration(nanoseconds: int | None) -> str:
+    if nanoseconds is None:
+        return "open"
+    if nanoseconds < 1_000:
+        return f"{nanoseconds}ns"
+    for unit, scale in (("us", 1e3), ("ms", 1e6), ("s", 1e9)):
+        value = nanoseconds / scale
+        if round(value) < 1000 or unit == "s":
+            return f"{value:.0f}{unit}" if value >= 100 else f"{value:.3g}{unit}"
+    raise AssertionError("unreachable")
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool) or isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)  # nan, inf, -inf
+        text = f"{value:.4f}".rstrip("0").rstrip(".")
+        return "0" if text in ("-0", "") else text
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_value(item) for item in value) + "]"
+    return _printable(str(value))
+
+
+def _printable(text: str, limit: int = 200) -> str:
+    # One span, one line: control characters are escaped, long text is cut.
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
+
+
+def point_marks(span: Any) -> list[tuple[str, Any, int]]:
+    """``(name, value, time_ns)`` of each point mark: events with a ``value``."""
+    marks = []
+    for event in span.events:
+        attributes = event.attributes or {}
+        if "value" in attributes:
+            marks.append((event.name, attributes["value"], event.timestamp))
+    return marks
+
+
+def summary_marks(span: Any) -> list[tuple[str, Any]]:
+    return [
+        (key[len(MARK_PREFIX) :], value)
+        for key, value in (span.attributes or {}).items()
+        if key.startswith(MARK_PREFIX)
+    ]
+
+
+def mark_values(span: Any) -> dict[str, Any]:
+    """Last value of each point mark, then the summary marks (which win)."""
+    shown: dict[str, Any] = {}
+    for name, value, _time in point_marks(span):
+        shown[name] = value
+    for name, value in summary_marks(span):
+        shown[name] = value
+    return shown
+
+
+def span_line(span: Any) -> str:
+    attributes = span.attributes or {}
+    text = _printable(span.name)
+    if "index" in attributes:
+        text += f"[{format_value(attributes['index'])}]"
+    end = span.end_time
+    text += " - " + format_duration(end - span.start_time if end is not None else None)
+    marks = mark_values(span)
+    if marks:
+        text += " {" + ", ".join(f"{_printable(k)}={format_value(v)}" for k, v in marks.items()) + "}"
+    return text

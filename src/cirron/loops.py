@@ -1,0 +1,103 @@
+"""``ci.epochs`` and ``ci.batches``: transparent iterators that open a scope per item.
+
+Each item the inner iterable yields opens an indexed scope that stays open
+until the next item is requested, the iterable is exhausted, or the loop is
+left (``break``, an exception, or the wrapper being dropped). Values, their
+types and their number are passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+from . import recorder
+from .scopes import Scope
+
+T = TypeVar("T")
+
+_perf_ns = time.perf_counter_ns
+
+
+def _is_torch_dataloader(iterable: Any) -> bool:
+    # Duck-typed so the core never imports torch.
+    return any(
+        cls.__name__ == "DataLoader" and cls.__module__.startswith("torch.utils.data")
+        for cls in type(iterable).__mro__
+    )
+
+
+class _ScopedLoop(Iterator[T]):
+    __slots__ = ("_iterable", "_iterator", "_name", "_index", "_open", "_timed", "_is_epochs")
+
+    def __init__(self, iterable: Iterable[T], name: str, is_epochs: bool) -> None:
+        if not isinstance(iterable, Iterable) and not hasattr(iterable, "__getitem__"):
+            raise TypeError(f"ci.{name}s() needs an iterable, got {type(iterable).__name__}")
+        self._iterable = iterable
+        self._iterator: Iterator[T] | None = None
+        self._name = name
+        self._index = 0
+        self._open: Scope | None = None
+        self._timed = not is_epochs and _is_torch_dataloader(iterable)
+        self._is_epochs = is_epochs
+
+    def __iter__(self) -> _ScopedLoop[T]:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+    def __next__(self) -> T:
+        if self._open is not None:
+            self.close()
+        if self._iterator is None:
+            self._iterator = iter(self._iterable)
+        started = _perf_ns() if self._timed else 0
+        item = next(self._iterator)  # StopIteration and errors propagate unchanged
+        waited = _perf_ns() - started if self._timed else 0
+        if self._is_epochs:
+            rec = recorder.current or recorder.active()
+            index = rec.extras.get("epochs_started", 0)
+            rec.extras["epochs_started"] = index + 1
+        else:
+            index = self._index
+        self._index += 1
+        attributes: dict[str, Any] = {"index": index}
+        if self._timed:
+            attributes["data_load_ns"] = waited
+        scope = Scope(self._name, attributes)
+        scope.__enter__()
+        self._open = scope
+        return item
+
+    def close(self) -> None:
+        """Close the scope of the current item (done for you by the loop)."""
+        scope, self._open = self._open, None
+        if scope is not None:
+            scope.__exit__(None, None, None)
+
+    def __del__(self) -> None:
+        # A `break` drops the wrapper: close its open scope right there.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001, S110 - never raise from a finalizer
+            pass
+
+
+def epochs(iterable: Iterable[T]) -> Iterator[T]:
+    """Yield the items of ``iterable``, each inside an ``epoch`` scope.
+
+    ``for epoch in ci.epochs(range(20))`` yields 0..19 and records 20 ``epoch``
+    spans; their ``index`` counts the epochs of the whole run, from 0.
+    """
+    return _ScopedLoop(iterable, "epoch", is_epochs=True)
+
+
+def batches(iterable: Iterable[T]) -> Iterator[T]:
+    """Yield the items of ``iterable``, each inside a ``batch`` scope.
+
+    The ``index`` restarts at 0 for each call. For a torch ``DataLoader`` the
+    time spent waiting for each batch is recorded as ``data_load_ns``.
+    """
+    return _ScopedLoop(iterable, "batch", is_epochs=False)

@@ -1,0 +1,237 @@
+"""The span processor: a bounded ring in front of a background flush thread.
+
+``on_end`` runs on the training thread, so it does O(1) work and never
+blocks: the span goes into the in-memory store and into a ring buffer; when
+the ring is full the span is dropped and counted. A flush thread wakes every
+``flush_interval`` (or early, when the ring is half full) and hands the batch
+to one :class:`SinkWorker` per exporter. Each sink has its own thread and a
+bounded queue, so a slow or hung exporter (an OTLP endpoint that never
+answers) only ever delays itself, never the spool, the flush thread or
+training.
+
+After ``fork()`` the child keeps the parent's objects but none of its threads:
+the processor in the child drops the inherited ring and records nothing, so a
+DataLoader worker neither deadlocks nor exports the parent's spans again.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .health import Health
+from .store import TraceStore
+
+_MAX_QUEUED_BATCHES = 64
+_live_processors: weakref.WeakSet[RingBufferSpanProcessor] = weakref.WeakSet()
+
+
+class SinkWorker:
+    """One exporter, its own thread and a bounded queue of batches."""
+
+    def __init__(self, name: str, exporter: SpanExporter, health: Health) -> None:
+        self.name = name
+        self.exporter = exporter
+        self.exported = 0
+        self.dropped = 0
+        self.errors = 0
+        self._health = health
+        self._queue: collections.deque[Sequence[ReadableSpan]] = collections.deque()
+        self._wakeup = threading.Condition()
+        self._busy = False
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"cirron-sink-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, batch: Sequence[ReadableSpan]) -> None:
+        with self._wakeup:
+            if len(self._queue) >= _MAX_QUEUED_BATCHES:
+                self.dropped += len(batch)
+                self._health.warn_once(
+                    f"sink-full-{self.name}",
+                    "cirron: the %s sink can't keep up (slow or unreachable); "
+                    "spans for it are dropped and counted in ci.health()",
+                    self.name,
+                )
+                return
+            self._queue.append(batch)
+            self._wakeup.notify()
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Wait until everything submitted so far is exported, or ``deadline``."""
+        with self._wakeup:
+            while self._queue or self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._wakeup.wait(remaining)
+        return True
+
+    def stop(self, deadline: float) -> None:
+        self.wait_idle(deadline)
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify_all()
+        try:
+            self.exporter.shutdown()
+        except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
+            self._health.failed(f"exporter {self.name} shutdown", error, "export_errors")
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _run(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._queue and not self._stopping:
+                    self._wakeup.wait()
+                if not self._queue:
+                    return
+                batch = self._queue.popleft()
+                self._busy = True
+            self._export(batch)
+            with self._wakeup:
+                self._busy = False
+                self._wakeup.notify_all()
+
+    def _export(self, batch: Sequence[ReadableSpan]) -> None:
+        try:
+            result = self.exporter.export(batch)
+        except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
+            result = None
+            self._health.failed(f"exporter {self.name}", error, "export_errors")
+        if result == SpanExportResult.SUCCESS:
+            self.exported += len(batch)
+            return
+        self.errors += 1
+        self.dropped += len(batch)
+        if result is not None:
+            self._health.failed(
+                f"exporter {self.name}", RuntimeError("export returned FAILURE"), "export_errors"
+            )
+
+
+class RingBufferSpanProcessor(SpanProcessor):
+    """Bounded, non-blocking span processor feeding the store and the sinks."""
+
+    def __init__(
+        self,
+        store: TraceStore,
+        health: Health,
+        sinks: Sequence[SinkWorker] = (),
+        capacity: int = 16384,
+        flush_interval: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.sinks = list(sinks)
+        self.capacity = capacity
+        self._health = health
+        self._ring: collections.deque[ReadableSpan] = collections.deque()
+        self._wake_at = max(1, capacity // 2)
+        self._interval = flush_interval
+        self._wakeup = threading.Event()
+        self._drain_lock = threading.RLock()  # re-entrant: a signal handler may flush
+        self._stopped = False
+        self._pid = os.getpid()
+        self._thread: threading.Thread | None = None
+        if self.sinks:
+            self._thread = threading.Thread(target=self._run, name="cirron-flush", daemon=True)
+            self._thread.start()
+        _live_processors.add(self)
+
+    # -- training thread ------------------------------------------------------
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if self._stopped:
+            return
+        self._health.span_started()
+        self.store.started(span)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._stopped:
+            return
+        self._health.span_ended()
+        self.store.ended(span)
+        if not self.sinks:
+            return
+        ring = self._ring
+        if len(ring) >= self.capacity:
+            self._health.add("spans_dropped")
+            self._health.warn_once(
+                "ring-full",
+                "cirron: span buffer full (%d spans); dropping spans until the flush thread "
+                "catches up (raise buffer_size or lower flush_interval)",
+                self.capacity,
+            )
+            return
+        ring.append(span)
+        if len(ring) >= self._wake_at:
+            self._wakeup.set()
+
+    @property
+    def buffer_used(self) -> int:
+        return len(self._ring)
+
+    # -- flush thread ---------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopped:
+            self._wakeup.wait(self._interval)
+            self._wakeup.clear()
+            if self._stopped:
+                return
+            try:
+                self._drain()
+            except Exception as error:  # noqa: BLE001 - the flush thread must not die
+                self._health.failed("flush thread", error, "export_errors")
+
+    def _drain(self) -> int:
+        if os.getpid() != self._pid:
+            return 0
+        with self._drain_lock:
+            ring = self._ring
+            batch = [ring.popleft() for _ in range(len(ring))]
+            if batch:
+                self._health.add("spans_exported", len(batch))
+                for sink in self.sinks:
+                    sink.submit(batch)
+            return len(batch)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        deadline = time.monotonic() + timeout_millis / 1000
+        self._drain()
+        return all([sink.wait_idle(deadline) for sink in self.sinks])
+
+    def shutdown(self, timeout: float = 3.0) -> None:
+        if self._stopped or os.getpid() != self._pid:
+            self._stopped = True
+            return
+        deadline = time.monotonic() + timeout
+        self._drain()
+        self._stopped = True
+        self._wakeup.set()
+        for sink in self.sinks:
+            sink.stop(deadline)
+        if self._thread is not None:
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _after_fork_in_child(self) -> None:
+        # The child has none of the parent's threads; what is in the ring was
+        # (or will be) exported by the parent.
+        self._stopped = True
+        self._ring = collections.deque()
+        self._drain_lock = threading.RLock()
+        self.sinks = []
+
+
+def _after_fork_in_child() -> None:
+    for processor in list(_live_processors):
+        processor._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

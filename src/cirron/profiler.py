@@ -1,0 +1,318 @@
+"""``ci.profile()`` and the :class:`Profiler` it returns."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from . import config as config_module
+from . import exporters, lifecycle, provider, readback, recorder, registry
+from .config import Settings
+from .guard import call_guarded
+from .health import Health
+from .processor import RingBufferSpanProcessor, SinkWorker
+from .recorder import Recorder
+from .scopes import close_with_error
+from .store import TraceStore
+
+_log = logging.getLogger("cirron")
+_lock = threading.RLock()
+_profiler: Profiler | None = None
+_last: Recorder | None = None  # the recorder of the last profiler, for ci.trace() after shutdown
+
+
+class Profiler:
+    """Handle on the running profiler: ``health()``, ``flush()``, ``trace()``, ``shutdown()``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.pid = os.getpid()
+        self.instrumentors: dict[str, Any] = {}
+        self.recorder = Recorder(enabled=False, health=Health())
+        self.workers: list[SinkWorker] = []
+        self.transport = "otlp" if exporters.endpoint_configured() else "file"
+        self._provider: Any = None
+        self._closed = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.enabled
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The ``config=`` dict, read-only, for your own feature flags."""
+        return MappingProxyType(dict(self.settings.config))
+
+    # -- start ----------------------------------------------------------------
+    def _start(self) -> None:
+        settings = self.settings
+        health = Health()
+        store = TraceStore(settings.trace_buffer)
+        span_provider, made_by_us = provider.obtain(recorder.span_limits(settings.max_events))
+        otlp = self.transport == "otlp" and (
+            made_by_us or not provider.exports_otlp_already(span_provider)
+        )
+        sinks = call_guarded("building exporters", exporters.build_sinks,
+                             settings.output, settings.path, otlp)
+        if sinks is None:  # e.g. the gRPC exporter failed to import: keep the local sinks
+            sinks = exporters.build_sinks(settings.output, settings.path, False)
+        self.workers = [SinkWorker(name, exporter, health) for name, exporter in sinks.items()]
+        processor = RingBufferSpanProcessor(
+            store, health, self.workers, settings.buffer_size, settings.flush_interval
+        )
+        span_provider.add_span_processor(processor)
+        self._provider = span_provider
+        tracer = span_provider.get_tracer(recorder.TRACER_NAME, recorder.package_version())
+        self.recorder = recorder.start_session(
+            tracer,
+            recorder.session_attributes(),
+            health,
+            store,
+            processor,
+            parent=provider.parent_from_environment(),
+        )
+        recorder.replace(self.recorder)
+        self._install_hooks()
+        lifecycle.install(self._at_exit, self._on_signal, settings.exit_timeout)
+
+    def _install_hooks(self) -> None:
+        names = self.settings.frameworks
+        if names is None:
+            names = registry.detect()
+        for name in names:
+            registry.when_imported(name, self._attach)
+
+    def _attach(self, name: str) -> None:
+        if self._closed or name in self.instrumentors or os.getpid() != self.pid:
+            return
+        instrumentor = call_guarded(f"loading the {name} instrumentor",
+                                    registry.load_instrumentor, name)
+        if instrumentor is None:
+            return
+        call_guarded(f"instrumenting {name}", instrumentor.instrument,
+                     tracer_provider=self._provider)
+        self.instrumentors[name] = instrumentor
+        session = self.recorder.session
+        if session is not None and session.is_recording():
+            session.set_attribute("framework", list(self.instrumentors))
+
+    # -- handle ---------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """Counters and state: spans started/ended/exported/dropped, sinks, buffer use."""
+        report = self.recorder.health.snapshot()
+        processor = self.recorder.processor
+        store = self.recorder.store
+        spool = next((w.exporter for w in self.workers if w.name == "spool"), None)
+        report.update(
+            enabled=self.enabled and not self._closed,
+            hooks=sorted(self.instrumentors),
+            transport=self.transport if self.enabled else "none",
+            sinks={
+                w.name: {"exported": w.exported, "dropped": w.dropped, "errors": w.errors}
+                for w in self.workers
+            },
+            spool_bytes=getattr(spool, "bytes_written", 0),
+            buffer_capacity=processor.capacity if processor else 0,
+            buffer_used=processor.buffer_used if processor else 0,
+            trace_evicted=store.evicted if store else 0,
+            trace_capacity=store.capacity if store else 0,
+        )
+        return report
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Export everything that has ended, now; returns False if a sink timed out."""
+        processor = self.recorder.processor
+        if processor is None or self._closed:
+            return True
+        seconds = self.settings.exit_timeout if timeout is None else timeout
+        return processor.force_flush(int(seconds * 1000))
+
+    def trace(self, format: str = "text", name: str | None = None, last: int | None = None) -> Any:
+        """This profiler's spans; see :func:`cirron.trace`."""
+        return readback.render(self.recorder if self.enabled else None, format, name, last)
+
+    def shutdown(self) -> None:
+        """Close the session, flush, stop the threads and clear the singleton."""
+        global _profiler, _last
+        with _lock:
+            if self._closed:
+                return
+            self._closed = True
+            if _profiler is self:
+                _profiler = None
+        lifecycle.uninstall()
+        if not self.enabled or os.getpid() != self.pid:
+            if recorder.current is self.recorder:
+                recorder.replace(None)
+            return
+        for name, instrumentor in self.instrumentors.items():
+            call_guarded(f"uninstrumenting {name}", instrumentor.uninstrument)
+        self._end_open_spans(error=None)
+        processor = self.recorder.processor
+        if processor is not None:
+            processor.shutdown(self.settings.exit_timeout)
+            provider.remove_processor(self._provider, processor)
+        _last = self.recorder
+        if recorder.current is self.recorder:
+            recorder.replace(None)
+
+    # -- exit paths -------------------------------------------------------------
+    def _end_open_spans(self, error: str | None) -> None:
+        store = self.recorder.store
+        if store is None:
+            return
+        session = self.recorder.session
+        for span in reversed(store.open_spans()):  # innermost first
+            if span is session or not span.is_recording():
+                continue
+            if error is not None:
+                close_with_error(span, error)
+            span.end()
+        if session is not None and session.is_recording():
+            if error is not None:
+                close_with_error(session, error)
+            session.end()
+
+    def _at_exit(self) -> None:
+        if os.getpid() == self.pid:
+            self.shutdown()
+
+    def _on_signal(self, name: str, dying: bool) -> None:
+        self.recorder.extras["signal"] = name
+        if dying:
+            self._end_open_spans(error=f"terminated by {name}")
+            self.shutdown()
+        else:
+            self.flush()
+
+
+def _disabled(settings: Settings) -> Profiler:
+    profiler = Profiler(settings)
+    recorder.replace(profiler.recorder)  # enabled=False: every scope is a no-op
+    return profiler
+
+
+def profile(
+    config: dict[str, Any] | None = None,
+    frameworks: list[str] | None = None,
+    snapshots: str | None = None,
+    sample_rate: float | None = None,
+    flush_interval: float | None = None,
+    enabled: bool = True,
+    path: str | None = None,
+    output: str | list[str] | None = None,
+) -> Profiler:
+    """Attach the profiler to this process; call once.
+
+    Detects torch, TensorFlow/Keras and transformers (or uses ``frameworks=``)
+    and installs their hooks, opens the ``cirron.session`` root span, starts
+    the background flush thread and registers clean-shutdown handlers. A
+    second call returns the same handle and logs a warning.
+
+    Each setting resolves as: explicit argument, then ``config=`` key, then
+    environment variable (``CIRRON_FRAMEWORKS``, ``CIRRON_SNAPSHOTS``,
+    ``CIRRON_SAMPLE_RATE``, ``CIRRON_FLUSH_INTERVAL``, ``CIRRON_PATH``,
+    ``CIRRON_OUTPUT``), then the default. ``enabled=False`` or
+    ``OTEL_SDK_DISABLED=true`` gives a no-op profiler. OTLP export is on when
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) is set.
+
+    Args:
+        config: your runtime feature flags (``Profiler.config``), and any setting by name.
+        frameworks: install hooks for exactly these (``torch``, ``tensorflow``, ``transformers``).
+        snapshots: ``"stats"`` (default), ``"sampled"`` or ``"full"``.
+        sample_rate: fraction of epoch boundaries that write raw tensors (default 0.01).
+        flush_interval: seconds between background flushes (default 1.0).
+        enabled: False builds a no-op profiler: no hooks, no threads, no files.
+        path: local directory for the spool and snapshots (default ``./.cirron``).
+        output: local sinks, ``"spool"`` (default), ``"log"``, ``"stdout"``, ``"none"`` or a list.
+    """
+    global _profiler
+    with _lock:
+        existing = _profiler
+        if existing is not None and existing.pid == os.getpid():
+            _log.warning("cirron: ci.profile() was already called; returning the running "
+                         "profiler (arguments of this call are ignored)")
+            return existing
+        settings = config_module.resolve(
+            config, enabled, frameworks=frameworks, snapshots=snapshots,
+            sample_rate=sample_rate, flush_interval=flush_interval, path=path, output=output,
+        )
+        if not settings.enabled:
+            _profiler = _disabled(settings)
+            return _profiler
+        profiler = Profiler(settings)
+        profiler._start()
+        _profiler = profiler
+        return profiler
+
+
+def current() -> Profiler | None:
+    return _profiler
+
+
+def shutdown() -> None:
+    """Close the session, flush, stop the flush thread and clear the profiler.
+
+    The next ``ci.profile()`` starts fresh. Safe to call twice, or without a profiler.
+    """
+    profiler = _profiler
+    if profiler is not None:
+        profiler.shutdown()
+    elif recorder.current is not None and recorder.current.extras.get("in_memory"):
+        recorder.replace(None)
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Synchronously export every ended span to every sink (bounded by ``timeout``)."""
+    profiler = _profiler
+    return profiler.flush(timeout) if profiler is not None else True
+
+
+def health() -> dict[str, Any]:
+    """A dict of counters and state; see the README for every key."""
+    profiler = _profiler
+    if profiler is not None:
+        return profiler.health()
+    rec = recorder.current
+    report = rec.health.snapshot() if rec is not None else Health().snapshot()
+    store = rec.store if rec is not None else None
+    report.update(enabled=False, hooks=[], transport="none", sinks={}, spool_bytes=0,
+                  buffer_capacity=0, buffer_used=0,
+                  trace_evicted=store.evicted if store else 0,
+                  trace_capacity=store.capacity if store else 0)
+    return report
+
+
+def trace(format: str = "text", name: str | None = None, last: int | None = None) -> Any:
+    """The session's spans from memory, as ``text`` (default), ``dict``, ``json`` or ``df``.
+
+    ``name=`` keeps spans of that name (with their subtrees); ``last=N`` the N
+    most recently closed spans; with either, ``dict`` returns a list of nodes.
+    Works without ``ci.profile()`` and never writes a file.
+    """
+    rec = recorder.current
+    if rec is None:
+        rec = _last
+    if rec is not None and not rec.enabled:
+        rec = None
+    return readback.render(rec, format, name, last)
+
+
+def _after_fork_in_child() -> None:
+    # A forked child (DataLoader worker, multiprocessing) must not flush or
+    # shut down the parent's session; ci.profile() in the child starts fresh.
+    global _profiler, _lock
+    _lock = threading.RLock()
+    if _profiler is not None and _profiler.enabled:
+        _profiler._closed = True
+        _profiler = None
+        recorder._lock = threading.Lock()  # may have been held by a parent thread
+        recorder.current = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

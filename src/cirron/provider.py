@@ -1,0 +1,99 @@
+"""The global OpenTelemetry tracer provider, shared rather than replaced.
+
+If the process already has an SDK ``TracerProvider`` (one made by
+``opentelemetry-instrument`` or by the user), cirron adds its processor to it
+and replaces nothing. Otherwise it makes one with cirron's resource and sets
+it as the global provider. A provider cirron made for an earlier
+``ci.profile()`` (ended with ``ci.shutdown()``) is replaced by the new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from . import environment as env
+from .resource import build_resource
+
+_log = logging.getLogger("cirron")
+_made_by_us: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+
+
+def _set_global(provider: TracerProvider) -> None:
+    current = trace.get_tracer_provider()
+    if current in _made_by_us:
+        # Our own provider from an earlier profile(): the API allows setting the
+        # global provider once, so undo that first (as OTel's test utilities do).
+        from opentelemetry.util._once import Once
+
+        trace._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
+        trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+    elif not isinstance(current, trace.ProxyTracerProvider):
+        _log.info("cirron: the global tracer provider is not an SDK provider; "
+                  "cirron records with its own provider and leaves the global one alone")
+        return
+    trace.set_tracer_provider(provider)
+
+
+def obtain(span_limits: Any) -> tuple[TracerProvider, bool]:
+    """The provider to record with, and whether cirron made it."""
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider) and current not in _made_by_us:
+        return current, False
+    provider = TracerProvider(
+        resource=build_resource(), span_limits=span_limits, shutdown_on_exit=False
+    )
+    _made_by_us.add(provider)
+    _set_global(provider)
+    return provider, True
+
+
+def remove_processor(provider: TracerProvider, processor: SpanProcessor) -> None:
+    """Detach ``processor``; the SDK has no public way, so this is guarded."""
+    try:
+        multi = provider._active_span_processor  # type: ignore[attr-defined]
+        with multi._lock:
+            multi._span_processors = tuple(
+                p for p in multi._span_processors if p is not processor
+            )
+    except AttributeError:  # a future SDK: the processor stays, stopped and inert
+        _log.debug("cirron: could not detach the span processor from the provider")
+
+
+def exports_otlp_already(provider: TracerProvider) -> bool:
+    """True when the (reused) provider already has an OTLP exporter of its own."""
+    try:
+        processors = provider._active_span_processor._span_processors  # type: ignore[attr-defined]
+    except AttributeError:
+        return False
+    for processor in processors:
+        for holder in (processor, getattr(processor, "_batch_processor", None)):
+            for attribute in ("span_exporter", "_exporter", "exporter"):
+                exporter = getattr(holder, attribute, None)
+                if exporter is not None and type(exporter).__module__.startswith(
+                    "opentelemetry.exporter.otlp"
+                ):
+                    return True
+    return False
+
+
+def parent_from_environment() -> otel_context.Context | None:
+    """The context of ``TRACEPARENT`` (and ``TRACESTATE``), when set."""
+    traceparent = os.environ.get(env.TRACEPARENT, "").strip()
+    if not traceparent:
+        return None
+    carrier = {"traceparent": traceparent}
+    if os.environ.get(env.TRACESTATE):
+        carrier["tracestate"] = os.environ[env.TRACESTATE]
+    context = TraceContextTextMapPropagator().extract(carrier, context=otel_context.Context())
+    if not trace.get_current_span(context).get_span_context().is_valid:
+        _log.warning("cirron: ignoring invalid TRACEPARENT=%r", traceparent)
+        return None
+    return context

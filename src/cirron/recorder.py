@@ -1,0 +1,131 @@
+"""Who records right now: the profiler's recorder, or an in-memory one.
+
+``ci.scope``/``ci.mark`` work with or without ``ci.profile()``. Without it,
+the first call builds a private in-memory recorder (its own SDK provider, not
+the global one, no threads, no files) so that ``ci.trace()`` can still show
+the tree. ``ci.profile()`` replaces it with the real one; ``enabled=False``
+installs a disabled recorder that makes every scope a shared no-op.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+from .health import Health
+from .processor import RingBufferSpanProcessor
+from .store import TraceStore
+
+TRACER_NAME = "cirron"
+SESSION_SPAN = "cirron.session"
+
+
+@dataclass
+class Recorder:
+    enabled: bool
+    health: Health
+    store: TraceStore | None = None
+    tracer: Any = None
+    processor: RingBufferSpanProcessor | None = None
+    session: Any = None  # the open cirron.session span
+    session_context: Any = None  # an OTel Context holding the session span
+    # ci.watch'ed models and the like, for instrumentors (keyed by purpose).
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+current: Recorder | None = None
+_lock = threading.Lock()
+
+
+def package_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def span_limits(max_events: int) -> SpanLimits:
+    # Marks are span events: the SDK default of 128 per span would silently
+    # cut a long epoch's loss curve. Attribute values are capped so a 10 MB
+    # string can't bloat a spool file (documented in the README).
+    return SpanLimits(max_events=max_events, max_attribute_length=8192)
+
+
+def start_session(
+    tracer: Any,
+    attributes: dict[str, Any],
+    health: Health,
+    store: TraceStore,
+    processor: RingBufferSpanProcessor,
+    parent: Any = None,
+) -> Recorder:
+    """Open ``cirron.session`` (a root span, or a child of ``parent``)."""
+    session = tracer.start_span(
+        SESSION_SPAN,
+        context=parent if parent is not None else otel_context.Context(),
+        attributes=attributes,
+    )
+    return Recorder(
+        enabled=True,
+        health=health,
+        store=store,
+        tracer=tracer,
+        processor=processor,
+        session=session,
+        session_context=trace.set_span_in_context(session, otel_context.Context()),
+    )
+
+
+def session_attributes(frameworks: tuple[str, ...] = ()) -> dict[str, Any]:
+    # Instrumentors refine device, cuda_count and mixed_precision on the open
+    # session span once they know them; the core knows no framework.
+    return {
+        "framework": list(frameworks),
+        "device": "cpu",
+        "cuda_count": 0,
+        "mixed_precision": False,
+    }
+
+
+def _in_memory() -> Recorder:
+    from .config import Settings
+
+    settings = Settings()
+    health = Health()
+    store = TraceStore(settings.trace_buffer)
+    processor = RingBufferSpanProcessor(store, health)
+    provider = TracerProvider(shutdown_on_exit=False, span_limits=span_limits(settings.max_events))
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer(TRACER_NAME, package_version())
+    recorder = start_session(tracer, session_attributes(), health, store, processor)
+    # ci.trace() on the in-memory recorder reports enabled=False: no profiler.
+    recorder.extras["in_memory"] = True
+    return recorder
+
+
+def active() -> Recorder:
+    """The recorder scopes and marks go to, building the in-memory one if needed."""
+    global current
+    recorder = current
+    if recorder is not None:
+        return recorder
+    with _lock:
+        if current is None:
+            current = _in_memory()
+        return current
+
+
+def current_health() -> Health:
+    return active().health
+
+
+def replace(recorder: Recorder | None) -> Recorder | None:
+    """Install ``recorder`` as the current one; returns the previous one."""
+    global current
+    with _lock:
+        previous, current = current, recorder
+    return previous

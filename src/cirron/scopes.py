@@ -1,0 +1,211 @@
+"""``ci.scope`` and ``ci.mark``: the hot path.
+
+A scope is an SDK span that is the current span in the OpenTelemetry context
+while it is open, so spans from any other OTel instrumentation nest under it.
+A scope with no recording parent in its context becomes a child of
+``cirron.session`` (also in other threads). Nesting depth is tracked per
+thread / async task in a ``ContextVar``; past ``MAX_SCOPE_DEPTH`` a scope runs
+the user's code but records nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from . import recorder, values
+from .config import MAX_SCOPE_DEPTH
+
+_depth: ContextVar[int] = ContextVar("cirron_scope_depth", default=0)
+_get_current = otel_context.get_current
+_get_span = trace.get_current_span
+_set_span = trace.set_span_in_context
+_attach = otel_context.attach
+_detach = otel_context.detach
+
+MARK_KINDS = ("point", "summary")
+
+
+class Scope:
+    """An open (or about to open) region; see :func:`scope`."""
+
+    __slots__ = ("name", "attributes", "span", "_token", "_context", "_previous", "_depth")
+
+    def __init__(self, name: str, attributes: dict[str, Any]) -> None:
+        self.name = name
+        self.attributes = attributes
+        self.span: Any = None
+
+    def __enter__(self) -> Scope:
+        rec = recorder.current or recorder.active()
+        depth = _depth.get()
+        _depth.set(depth + 1)
+        self._depth = depth
+        if not rec.enabled:
+            self.span = None
+            return self
+        if depth >= MAX_SCOPE_DEPTH:
+            self.span = None
+            rec.health.add("scopes_too_deep")
+            rec.health.warn_once(
+                "scope-depth",
+                "cirron: scopes nested deeper than %d are not recorded (first: %r); "
+                "the code inside still runs",
+                MAX_SCOPE_DEPTH,
+                self.name,
+            )
+            return self
+        previous = _get_current()
+        parent = previous if _get_span(previous).is_recording() else rec.session_context
+        span = rec.tracer.start_span(self.name, context=parent, attributes=self.attributes)
+        self.span = span
+        self._previous = previous
+        self._context = _set_span(span, previous)
+        self._token = _attach(self._context)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        _depth.set(self._depth)
+        span = self.span
+        if span is None:
+            return
+        self.span = None
+        if span.is_recording():
+            if exc is not None:
+                close_with_error(span, exc)
+            span.end()
+        if _get_current() is self._context:
+            _detach(self._token)
+        else:  # closed out of order (a loop wrapper kept alive, a leaked scope)
+            _attach(self._previous)
+
+    def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Use the scope as a decorator: one span per call of ``function``."""
+        name, attributes = self.name, self.attributes
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                with Scope(name, attributes):
+                    return await function(*args, **kwargs)
+
+            return run_async
+
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with Scope(name, attributes):
+                return function(*args, **kwargs)
+
+        return run
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        """Set an attribute on the open span (ignored when not recording)."""
+        value = values.attribute(value, f"scope {self.name!r} attribute {key!r}")
+        if self.span is not None:
+            self.span.set_attribute(key, value)
+
+
+class _NoScope:
+    """What ``ci.scope`` returns when profiling is disabled: does nothing."""
+
+    __slots__ = ()
+    span = None
+
+    def __enter__(self) -> _NoScope:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        return function
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        return None
+
+
+NO_SCOPE = _NoScope()
+
+
+def close_with_error(span: Any, error: BaseException | str) -> None:
+    """Record ``error`` on ``span`` and set status ERROR (the span stays open)."""
+    if isinstance(error, BaseException):
+        span.record_exception(error)
+        description = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    else:
+        description = error
+    span.set_status(Status(StatusCode.ERROR, description))
+
+
+def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
+    """Open a named region of your program as a span.
+
+    Use it as a context manager (``with ci.scope("augment"): ...``) or as a
+    decorator (``@ci.scope("eval")`` or bare ``@ci.scope``). ``index`` and any
+    keyword attributes are recorded on the span. Scopes nest under whatever
+    scope is open in this thread or async task, up to 64 deep. An exception
+    inside marks the span as failed (status ERROR) and propagates unchanged.
+    """
+    rec = recorder.current
+    if rec is not None and not rec.enabled:
+        return NO_SCOPE if not callable(name) else name
+    if callable(name) and not isinstance(name, str):  # bare @ci.scope
+        return Scope(getattr(name, "__qualname__", repr(name)), {})(name)
+    if type(name) is not str or not name:
+        values.name(name, "scope name")
+    if attributes:
+        attributes = values.attributes(attributes, f"scope {name!r}")
+    if index is not None:
+        attributes["index"] = values.index(index)
+    return Scope(name, attributes)
+
+
+def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
+    """Record a value on the innermost open scope (``cirron.session`` if none).
+
+    ``kind="point"`` (default) adds a span event named ``name`` with attribute
+    ``value`` (a time series: loss per step). ``kind="summary"`` sets the span
+    attribute ``mark.<name>`` (one final value, e.g. epoch accuracy). Values
+    are int, float (NaN and inf included), bool, str, or 0-d numpy/torch
+    values; anything else raises ``TypeError``.
+    """
+    if type(name) is not str or not name:
+        values.name(name, "mark name")
+    if type(value) is not float:
+        value = values.scalar(value, f"mark {name!r} value")
+    rec = recorder.current or recorder.active()
+    if not rec.enabled:
+        if kind not in MARK_KINDS:
+            raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
+        return
+    span = _get_span()
+    if not span.is_recording():
+        span = rec.session
+        if not span.is_recording():
+            rec.health.add("marks_dropped")
+            return
+    if kind == "point":
+        event_attributes = {"value": value}
+        if attributes:
+            event_attributes.update(values.attributes(attributes, f"mark {name!r}"))
+        dropped = getattr(span, "dropped_events", 0)
+        span.add_event(name, event_attributes)
+        if getattr(span, "dropped_events", 0) != dropped:
+            rec.health.add("marks_dropped")
+            rec.health.warn_once(
+                "mark-limit",
+                "cirron: span %r reached its event limit; older marks are dropped "
+                "(counted in ci.health()['marks_dropped'])",
+                getattr(span, "name", "?"),
+            )
+    elif kind == "summary":
+        span.set_attribute("mark." + name, value)
+    else:
+        raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")

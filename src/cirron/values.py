@@ -1,0 +1,76 @@
+"""Validation of what users pass as mark values and span attributes.
+
+OpenTelemetry attributes hold str, bool, int (64-bit), float and homogeneous
+sequences of those. Users also hand us 0-d numpy arrays, numpy scalars and
+0-d torch tensors; those are unwrapped with ``.item()`` (duck-typed, so the
+core never imports numpy or torch). Anything else is a ``TypeError`` that
+names what was wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_SCALARS = (str, bool, int, float)
+
+
+def scalar(value: Any, what: str) -> str | bool | int | float:
+    """``value`` as an OTel scalar; ``what`` names it in the error message."""
+    kind = type(value)
+    if kind is float or kind is str or kind is bool:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise ValueError(f"{what} is out of the 64-bit integer range: {value}")
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, _SCALARS):  # subclasses: IntEnum, numpy.float64, ...
+        for base in (bool, int, float, str):
+            if isinstance(value, base):
+                return scalar(base(value), what)
+    item = getattr(value, "item", None)
+    if item is not None and getattr(value, "ndim", None) == 0:
+        unwrapped = item()
+        if isinstance(unwrapped, _SCALARS):
+            return scalar(unwrapped, what)
+    raise TypeError(
+        f"{what} must be an int, float, bool, str or a 0-d numpy/torch value, "
+        f"got {type(value).__name__}"
+    )
+
+
+def attribute(value: Any, what: str) -> Any:
+    """An OTel attribute value: a scalar or a homogeneous list/tuple of scalars."""
+    if isinstance(value, (list, tuple)):
+        items = [scalar(item, what) for item in value]
+        kinds = {type(item) for item in items}
+        if kinds == {int, float}:
+            items = [float(item) for item in items]
+        elif len(kinds) > 1:
+            raise TypeError(f"{what} must hold values of one type, got {sorted(k.__name__ for k in kinds)}")
+        return tuple(items)
+    return scalar(value, what)
+
+
+def attributes(values: Mapping[str, Any], what: str) -> dict[str, Any]:
+    return {key: attribute(value, f"{what} attribute {key!r}") for key, value in values.items()}
+
+
+def name(value: Any, argument: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{argument} must be a non-empty string")
+    return value
+
+
+def index(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError("index must be an int, got bool")
+    converted = scalar(value, "index") if not isinstance(value, int) else value
+    if not isinstance(converted, int) or isinstance(converted, bool):
+        raise TypeError(f"index must be an int, got {type(value).__name__}")
+    return converted
