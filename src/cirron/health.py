@@ -18,7 +18,7 @@ _log = logging.getLogger("cirron")
 def _value(counter: itertools.count) -> int:
     # An itertools.count can't be read without advancing it; its pickle form
     # carries the next value.
-    return counter.__reduce__()[1][0]  # type: ignore[index, no-any-return]
+    return int(counter.__reduce__()[1][0])  # type: ignore[index, arg-type]
 
 
 class Health:

@@ -36,8 +36,9 @@ def _run_bounded(work: Callable[[], None], timeout: float) -> None:
     thread.join(timeout)
 
 
-def install(on_exit: Callable[[], None], on_signal: Callable[[str, bool], None],
-            timeout: float) -> None:
+def install(
+    on_exit: Callable[[], None], on_signal: Callable[[str, bool], None], timeout: float
+) -> None:
     """Register ``on_exit`` at exit and ``on_signal(name, dying)`` for SIGTERM/SIGINT."""
     global _handler, _exit_hook
     _exit_hook = on_exit

@@ -84,5 +84,7 @@ def span_line(span: Any) -> str:
     text += " - " + format_duration(end - span.start_time if end is not None else None)
     marks = mark_values(span)
     if marks:
-        text += " {" + ", ".join(f"{_printable(k)}={format_value(v)}" for k, v in marks.items()) + "}"
+        text += (
+            " {" + ", ".join(f"{_printable(k)}={format_value(v)}" for k, v in marks.items()) + "}"
+        )
     return text

@@ -56,8 +56,9 @@ class Profiler:
         otlp = self.transport == "otlp" and (
             made_by_us or not provider.exports_otlp_already(span_provider)
         )
-        sinks = call_guarded("building exporters", exporters.build_sinks,
-                             settings.output, settings.path, otlp)
+        sinks = call_guarded(
+            "building exporters", exporters.build_sinks, settings.output, settings.path, otlp
+        )
         if sinks is None:  # e.g. the gRPC exporter failed to import: keep the local sinks
             sinks = exporters.build_sinks(settings.output, settings.path, False)
         self.workers = [SinkWorker(name, exporter, health) for name, exporter in sinks.items()]
@@ -89,12 +90,16 @@ class Profiler:
     def _attach(self, name: str) -> None:
         if self._closed or name in self.instrumentors or os.getpid() != self.pid:
             return
-        instrumentor = call_guarded(f"loading the {name} instrumentor",
-                                    registry.load_instrumentor, name)
+        instrumentor = call_guarded(
+            f"loading the {name} instrumentor", registry.load_instrumentor, name
+        )
         if instrumentor is None:
             return
-        call_guarded(f"instrumenting {name}", instrumentor.instrument,
-                     tracer_provider=self._provider)
+        try:
+            instrumentor.instrument(tracer_provider=self._provider)
+        except Exception as error:  # noqa: BLE001 - a broken hook never stops training
+            self.recorder.health.failed(f"instrumenting {name}", error)
+            return
         self.instrumentors[name] = instrumentor
         session = self.recorder.session
         if session is not None and session.is_recording():
@@ -150,7 +155,7 @@ class Profiler:
                 recorder.replace(None)
             return
         for name, instrumentor in self.instrumentors.items():
-            call_guarded(f"uninstrumenting {name}", instrumentor.uninstrument)
+            call_guarded(f"uninstrumenting {name}", lambda i=instrumentor: i.uninstrument())
         self._end_open_spans(error=None)
         processor = self.recorder.processor
         if processor is not None:
@@ -234,12 +239,20 @@ def profile(
     with _lock:
         existing = _profiler
         if existing is not None and existing.pid == os.getpid():
-            _log.warning("cirron: ci.profile() was already called; returning the running "
-                         "profiler (arguments of this call are ignored)")
+            _log.warning(
+                "cirron: ci.profile() was already called; returning the running "
+                "profiler (arguments of this call are ignored)"
+            )
             return existing
         settings = config_module.resolve(
-            config, enabled, frameworks=frameworks, snapshots=snapshots,
-            sample_rate=sample_rate, flush_interval=flush_interval, path=path, output=output,
+            config,
+            enabled,
+            frameworks=frameworks,
+            snapshots=snapshots,
+            sample_rate=sample_rate,
+            flush_interval=flush_interval,
+            path=path,
+            output=output,
         )
         if not settings.enabled:
             _profiler = _disabled(settings)
@@ -280,10 +293,17 @@ def health() -> dict[str, Any]:
     rec = recorder.current
     report = rec.health.snapshot() if rec is not None else Health().snapshot()
     store = rec.store if rec is not None else None
-    report.update(enabled=False, hooks=[], transport="none", sinks={}, spool_bytes=0,
-                  buffer_capacity=0, buffer_used=0,
-                  trace_evicted=store.evicted if store else 0,
-                  trace_capacity=store.capacity if store else 0)
+    report.update(
+        enabled=False,
+        hooks=[],
+        transport="none",
+        sinks={},
+        spool_bytes=0,
+        buffer_capacity=0,
+        buffer_used=0,
+        trace_evicted=store.evicted if store else 0,
+        trace_capacity=store.capacity if store else 0,
+    )
     return report
 
 

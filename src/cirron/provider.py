@@ -36,8 +36,10 @@ def _set_global(provider: TracerProvider) -> None:
         trace._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
         trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
     elif not isinstance(current, trace.ProxyTracerProvider):
-        _log.info("cirron: the global tracer provider is not an SDK provider; "
-                  "cirron records with its own provider and leaves the global one alone")
+        _log.info(
+            "cirron: the global tracer provider is not an SDK provider; "
+            "cirron records with its own provider and leaves the global one alone"
+        )
         return
     trace.set_tracer_provider(provider)
 
@@ -60,9 +62,7 @@ def remove_processor(provider: TracerProvider, processor: SpanProcessor) -> None
     try:
         multi = provider._active_span_processor  # type: ignore[attr-defined]
         with multi._lock:
-            multi._span_processors = tuple(
-                p for p in multi._span_processors if p is not processor
-            )
+            multi._span_processors = tuple(p for p in multi._span_processors if p is not processor)
     except AttributeError:  # a future SDK: the processor stays, stopped and inert
         _log.debug("cirron: could not detach the span processor from the provider")
 

@@ -13,8 +13,19 @@ from . import lines
 from .recorder import Recorder
 
 FORMATS = ("text", "dict", "json", "df")
-DF_COLUMNS = ["name", "index", "span_id", "parent_id", "depth", "start_ns", "end_ns",
-              "duration_ns", "status", "attributes", "marks"]
+DF_COLUMNS = [
+    "name",
+    "index",
+    "span_id",
+    "parent_id",
+    "depth",
+    "start_ns",
+    "end_ns",
+    "duration_ns",
+    "status",
+    "attributes",
+    "marks",
+]
 
 
 class TraceText(str):
@@ -80,7 +91,9 @@ def _tree(rec: Recorder) -> tuple[dict[str, Any] | None, list[tuple[dict[str, An
 
 
 def _select(
-    root: dict[str, Any] | None, pairs: list[tuple[dict[str, Any], Any]], name: str | None,
+    root: dict[str, Any] | None,
+    pairs: list[tuple[dict[str, Any], Any]],
+    name: str | None,
     last: int | None,
 ) -> list[dict[str, Any]] | None:
     if name is None and last is None:
@@ -151,17 +164,19 @@ def _frame(nodes: list[dict[str, Any]]) -> Any:
     return pd.DataFrame(rows, columns=DF_COLUMNS)
 
 
-def render(rec: Recorder | None, format: str = "text", name: str | None = None,
-           last: int | None = None) -> Any:
+def render(
+    rec: Recorder | None, format: str = "text", name: str | None = None, last: int | None = None
+) -> Any:
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
         raise ValueError(f"last must be a non-negative int, got {last!r}")
-    if rec is None or rec.store is None:
-        root, pairs, evicted = None, [], 0
-    else:
+    pairs: list[tuple[dict[str, Any], Any]] = []
+    root: dict[str, Any] | None = None
+    evicted = 0
+    if rec is not None and rec.store is not None:
         root, pairs = _tree(rec)
         evicted = rec.store.evicted
     selected = _select(root, pairs, name, last)

@@ -35,10 +35,15 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     framework.name: framework
     for framework in (
-        Framework("transformers", ("transformers",),
-                  "cirron.instrumentors.transformers:TransformersInstrumentor", 3),
-        Framework("tensorflow", ("tensorflow", "keras"),
-                  "cirron.instrumentors.keras:KerasInstrumentor", 2),
+        Framework(
+            "transformers",
+            ("transformers",),
+            "cirron.instrumentors.transformers:TransformersInstrumentor",
+            3,
+        ),
+        Framework(
+            "tensorflow", ("tensorflow", "keras"), "cirron.instrumentors.keras:KerasInstrumentor", 2
+        ),
         Framework("torch", ("torch",), "cirron.instrumentors.torch:TorchInstrumentor", 1),
     )
 }

@@ -139,6 +139,12 @@ def close_with_error(span: Any, error: BaseException | str) -> None:
     if isinstance(error, BaseException):
         span.record_exception(error)
         description = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            # Raised by a signal's handler: name the signal (SIGINT, SIGTERM).
+            rec = recorder.current
+            received = rec.extras.get("signal") if rec is not None else None
+            if received:
+                description = f"{received}: {description}"
     else:
         description = error
     span.set_status(Status(StatusCode.ERROR, description))

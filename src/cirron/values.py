@@ -48,7 +48,9 @@ def attribute(value: Any, what: str) -> Any:
         if kinds == {int, float}:
             items = [float(item) for item in items]
         elif len(kinds) > 1:
-            raise TypeError(f"{what} must hold values of one type, got {sorted(k.__name__ for k in kinds)}")
+            raise TypeError(
+                f"{what} must hold values of one type, got {sorted(k.__name__ for k in kinds)}"
+            )
         return tuple(items)
     return scalar(value, what)
 

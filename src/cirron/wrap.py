@@ -14,8 +14,19 @@ from typing import Any
 from .scopes import scope
 
 TRACED_METHODS = frozenset(
-    {"fit", "partial_fit", "predict", "predict_proba", "predict_log_proba", "transform",
-     "fit_transform", "fit_predict", "score", "decision_function", "inverse_transform"}
+    {
+        "fit",
+        "partial_fit",
+        "predict",
+        "predict_proba",
+        "predict_log_proba",
+        "transform",
+        "fit_transform",
+        "fit_predict",
+        "score",
+        "decision_function",
+        "inverse_transform",
+    }
 )
 
 

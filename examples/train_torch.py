@@ -1,0 +1,68 @@
+"""A small torch training run, profiled, that prints its trace tree.
+
+    python examples/train_torch.py [--epochs 2] [--output stdout]
+
+Spans go to ./.cirron/spool/ as OTLP/JSON, and to an OTLP backend when
+OTEL_EXPORTER_OTLP_ENDPOINT is set (see docker-compose.yml for Jaeger).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import cirron as ci
+
+
+def make_data(samples: int = 256, features: int = 20, classes: int = 4) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(samples, features, generator=generator)
+    labels = torch.randint(0, classes, (samples,), generator=generator)
+    return TensorDataset(inputs, labels)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--output", default="spool", help="spool, log, stdout or none")
+    args = parser.parse_args()
+
+    ci.profile(output=args.output)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    train = DataLoader(make_data(), batch_size=args.batch_size, shuffle=True)
+    validation = DataLoader(make_data(64), batch_size=args.batch_size)
+
+    for _epoch in ci.epochs(range(args.epochs)):
+        model.train()
+        for inputs, labels in ci.batches(train):
+            optimizer.zero_grad()
+            loss = loss_fn(model(inputs), labels)
+            loss.backward()
+            optimizer.step()
+            ci.mark("loss", loss.item())
+        with ci.scope("validate"), torch.no_grad():
+            model.eval()
+            correct = sum(
+                (model(inputs).argmax(dim=1) == labels).sum().item()
+                for inputs, labels in validation
+            )
+        ci.mark("val_accuracy", correct / 64, kind="summary")
+
+    ci.flush()
+    print(ci.trace())
+    health = ci.health()
+    print(
+        f"\n{health['spans_ended']} spans recorded, {health['spans_exported']} exported, "
+        f"{health['spans_dropped']} dropped; sinks: {', '.join(health['sinks']) or 'none'}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""A small training loop that waits, inside open scopes, to be signalled.
+
+Run by tests/test_lifecycle.py as a subprocess:
+
+    python train_signal.py PATH [--no-cirron] [--user-handler] [--catch-ki]
+
+Epoch 0 runs four batches; epoch 1 runs two, then, inside batch 2 and an
+open ``work`` scope, prints READY and sleeps until signalled (at most 20 s).
+``--no-cirron`` runs the same loop without importing cirron (the baseline).
+``--user-handler`` installs a SIGTERM handler before ``ci.profile()`` that
+sets a stop flag; the loop then ends gracefully and the script returns.
+``--catch-ki`` catches KeyboardInterrupt at top level, prints KI, re-raises.
+``--busy``: epoch 1 does not sleep but keeps running short batches (scopes
+and marks, no pause) after READY, so the signal lands anywhere in cirron's
+hot path; it stops by itself after 20 s.
+"""
+
+import contextlib
+import itertools
+import os
+import signal
+import sys
+import time
+
+args = sys.argv[2:]
+path = sys.argv[1]
+stop = False
+
+if "--no-cirron" in args:
+    def epochs(iterable):
+        return iterable
+
+    batches = epochs
+
+    def scope(name, **attributes):
+        return contextlib.nullcontext()
+
+    def mark(name, value):
+        return None
+else:
+    import cirron as ci
+
+    epochs, batches, scope, mark = ci.epochs, ci.batches, ci.scope, ci.mark
+
+
+def on_sigterm(signum, frame):
+    global stop
+    stop = True
+    print(f"USER-HANDLER {signal.Signals(signum).name}", flush=True)
+
+
+def main():
+    print(f"PID {os.getpid()}", flush=True)
+    if "--user-handler" in args:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    if "--no-cirron" not in args:
+        ci.profile(path=path, flush_interval=30.0, frameworks=[])
+    busy = "--busy" in args
+    deadline = time.monotonic() + 20
+    for epoch in epochs(range(3)):
+        for i in batches(itertools.count() if busy and epoch == 1 else range(4)):
+            with scope("work"):
+                mark("loss", 1.0 / (i + 1))
+                if epoch == 1 and i == 2:
+                    print("READY", flush=True)
+                    while not busy and not stop and time.monotonic() < deadline:
+                        time.sleep(0.02)
+            if stop or time.monotonic() > deadline:
+                break
+        if stop or time.monotonic() > deadline:
+            break
+    print("DONE", flush=True)
+
+
+if "--catch-ki" in args:
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("KI", flush=True)
+        raise
+else:
+    main()

@@ -1,0 +1,209 @@
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+import threading
+import time
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+import cirron as ci
+from cirron.health import Health
+from cirron.processor import RingBufferSpanProcessor, SinkWorker
+from cirron.store import TraceStore
+
+
+class Collecting(SpanExporter):
+    def __init__(self):
+        self.spans = []
+
+    def export(self, spans):
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+
+class Failing(SpanExporter):
+    def export(self, spans):
+        raise ConnectionError("backend down")
+
+
+class Hanging(SpanExporter):
+    def __init__(self):
+        self.release = threading.Event()
+
+    def export(self, spans):
+        self.release.wait(30)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        self.release.set()
+
+
+def pipeline(*exporters, capacity=16, interval=60.0):
+    health = Health()
+    workers = [SinkWorker(f"sink{i}", e, health) for i, e in enumerate(exporters)]
+    processor = RingBufferSpanProcessor(TraceStore(100), health, workers, capacity, interval)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    return provider.get_tracer("test"), processor, health, workers
+
+
+def make_spans(tracer, count):
+    for i in range(count):
+        tracer.start_span("s", attributes={"i": i}).end()
+
+
+def test_full_ring_drops_and_counts_without_blocking_the_caller():
+    collected = Collecting()
+    tracer, processor, health, _ = pipeline(collected, capacity=8)
+    with processor._drain_lock:  # the flush thread is stuck for now
+        started = time.perf_counter()
+        make_spans(tracer, 20)
+        assert time.perf_counter() - started < 1.0
+        assert processor.buffer_used == 8
+    processor.force_flush()
+    report = health.snapshot()
+    assert report["spans_dropped"] == 12
+    assert report["spans_ended"] == 20
+    assert report["spans_exported"] == 8
+    assert [s.attributes["i"] for s in collected.spans] == list(range(8))
+    processor.shutdown()
+
+
+def test_the_flush_thread_exports_without_being_asked():
+    collected = Collecting()
+    tracer, processor, _health, _ = pipeline(collected, interval=0.05)
+    make_spans(tracer, 3)
+    deadline = time.monotonic() + 5
+    while len(collected.spans) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(collected.spans) == 3
+    processor.shutdown()
+
+
+def test_a_failing_exporter_is_counted_and_warned_once(caplog):
+    collected = Collecting()
+    tracer, processor, health, workers = pipeline(Failing(), collected)
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        for _ in range(3):
+            make_spans(tracer, 2)
+            processor.force_flush()
+    report = health.snapshot()
+    assert report["export_errors"] == 3
+    assert "backend down" in report["last_export_error"]
+    assert workers[0].dropped == 6 and workers[1].exported == 6  # the other sink is unaffected
+    assert sum("backend down" in r.getMessage() for r in caplog.records) == 1
+    processor.shutdown()
+
+
+def test_a_hanging_exporter_delays_only_itself():
+    hanging, collected = Hanging(), Collecting()
+    tracer, processor, _health, workers = pipeline(hanging, collected)
+    make_spans(tracer, 5)
+    started = time.monotonic()
+    assert processor.force_flush(timeout_millis=300) is False
+    assert time.monotonic() - started < 2
+    assert len(collected.spans) == 5
+    started = time.monotonic()
+    processor.shutdown(timeout=0.5)
+    assert time.monotonic() - started < 2
+
+
+def test_spool_files_are_named_by_pid_and_sequence_and_never_half_written():
+    ci.profile(output="spool")
+    for i in range(3):
+        with ci.scope("s", index=i):
+            pass
+        ci.flush()
+    files = sorted(os.listdir(".cirron/spool"))
+    assert files == [f"{os.getpid()}-{n:06d}.json" for n in (1, 2, 3)]
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = stat.S_IMODE(os.stat(f".cirron/spool/{files[0]}").st_mode)
+    assert mode == 0o666 & ~umask
+    assert ci.health()["spool_bytes"] == sum(os.path.getsize(f".cirron/spool/{f}") for f in files)
+
+
+def test_spool_content_is_otlp_json():
+    ci.profile(output="spool")
+    with ci.scope("step", index=4, note="x"):
+        ci.mark("loss", 0.5)
+    ci.flush()
+    (request,) = ci.read_spool()
+    (resource_spans,) = request["resourceSpans"]
+    (scope_spans,) = resource_spans["scopeSpans"]
+    assert scope_spans["scope"] == {"name": "cirron", "version": ci.__version__}
+    (span,) = scope_spans["spans"]
+    assert re.fullmatch(r"[0-9a-f]{32}", span["traceId"])
+    assert re.fullmatch(r"[0-9a-f]{16}", span["spanId"])
+    assert re.fullmatch(r"[0-9a-f]{16}", span["parentSpanId"])
+    assert span["kind"] == 1  # SPAN_KIND_INTERNAL
+    assert int(span["endTimeUnixNano"]) > int(span["startTimeUnixNano"])
+    assert {"key": "index", "value": {"intValue": "4"}} in span["attributes"]
+    assert span["events"][0]["name"] == "loss"
+
+
+def test_an_unwritable_spool_directory_never_breaks_training(tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the spool directory should be")
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        ci.profile(output=["spool", "none"], path=str(blocker))
+        for i in range(3):
+            with ci.scope("s", index=i):
+                pass
+            ci.flush()
+    report = ci.health()
+    assert report["export_errors"] == 3
+    assert report["sinks"]["spool"]["dropped"] == 3
+    assert sum("exporter spool" in r.getMessage() for r in caplog.records) == 1
+    assert len(ci.trace(format="dict", name="s")) == 3  # still readable in memory
+
+
+def test_stdout_sink_prints_one_line_per_span(capsys):
+    ci.profile(output="stdout")
+    with ci.scope("epoch", index=0):
+        ci.mark("lr", 0.001)
+        ci.mark("epoch_loss", 0.52341, kind="summary")
+    ci.flush()
+    (line,) = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(
+        r"\[cirron\] epoch\[0\] - \d+(\.\d+)?(ns|us|ms|s) "
+        r"\{lr=0\.001, epoch_loss=0\.5234\}",
+        line,
+    ), line
+
+
+def test_log_sink_writes_to_the_cirron_trace_logger(caplog):
+    with caplog.at_level(logging.INFO, logger="cirron.trace"):
+        ci.profile(output="log")
+        with ci.scope("batch", index=2):
+            pass
+        ci.flush()
+    (record,) = [r for r in caplog.records if r.name == "cirron.trace"]
+    assert record.levelno == logging.INFO
+    assert record.getMessage().startswith("[cirron] batch[2] - ")
+
+
+def test_output_none_writes_nothing_but_trace_works(tmp_path):
+    ci.profile(output="none")
+    with ci.scope("quiet"):
+        pass
+    ci.flush()
+    assert not (tmp_path / ".cirron").exists()
+    assert ci.trace(format="dict", name="quiet")
+    assert ci.health()["sinks"] == {}
+
+
+@pytest.mark.parametrize("output", [["spool", "stdout"], ["spool", "log"]])
+def test_list_output_fans_out_to_every_sink(output, capsys):
+    ci.profile(output=output)
+    with ci.scope("s"):
+        pass
+    ci.flush()
+    report = ci.health()
+    assert sorted(report["sinks"]) == sorted(output)
+    assert all(sink["exported"] == 1 for sink in report["sinks"].values())

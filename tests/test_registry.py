@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+import cirron as ci
+from cirron import registry
+from support import run_python
+
+
+def test_profile_imports_no_framework_the_script_does_not_use(tmp_path):
+    result = run_python(
+        """
+        import sys
+        import cirron as ci
+        ci.profile(output="none")
+        heavy = [m for m in ("torch", "tensorflow", "keras", "transformers") if m in sys.modules]
+        print(heavy)
+        assert heavy == [], heavy
+        """,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_detect_lists_installed_frameworks_by_priority():
+    detected = registry.detect()
+    if "torch" in sys.modules or registry._installed("torch"):
+        assert "torch" in detected
+    assert list(detected) == sorted(detected, key=lambda n: -registry.FRAMEWORKS[n].priority)
+
+
+@pytest.fixture
+def fake_framework(tmp_path, monkeypatch):
+    """A real module pair: a 'framework' and an instrumentor for it."""
+    (tmp_path / "fakeframework.py").write_text("VALUE = 1\n")
+    (tmp_path / "fake_instrumentor.py").write_text(
+        textwrap.dedent(
+            """
+        events = []
+
+        class FakeInstrumentor:
+            def instrument(self, **kwargs):
+                events.append(("instrument", kwargs.get("tracer_provider") is not None))
+
+            def uninstrument(self, **kwargs):
+                events.append(("uninstrument",))
+        """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(
+        registry.FRAMEWORKS,
+        "torch",
+        registry.Framework("torch", ("fakeframework",), "fake_instrumentor:FakeInstrumentor", 1),
+    )
+    yield
+    for name in ("fakeframework", "fake_instrumentor"):
+        sys.modules.pop(name, None)
+
+
+def test_instrumentor_attaches_when_the_framework_is_imported_later(fake_framework):
+    import fake_instrumentor
+
+    ci.profile(output="none", frameworks=["torch"])
+    assert fake_instrumentor.events == []
+    assert ci.health()["hooks"] == []
+    import fakeframework  # noqa: F401
+
+    assert fake_instrumentor.events == [("instrument", True)]
+    assert ci.health()["hooks"] == ["torch"]
+    assert ci.trace(format="dict")["attributes"]["framework"] == ["torch"]
+    ci.shutdown()
+    assert fake_instrumentor.events[-1] == ("uninstrument",)
+
+
+def test_frameworks_empty_list_installs_no_hooks(fake_framework):
+    import fake_instrumentor
+    import fakeframework  # noqa: F401
+
+    ci.profile(output="none", frameworks=[])
+    assert fake_instrumentor.events == []
+
+
+def test_a_failing_instrumentor_is_counted_not_raised(fake_framework, tmp_path):
+    (tmp_path / "fake_instrumentor.py").write_text(
+        "class FakeInstrumentor:\n"
+        "    def instrument(self, **kwargs):\n"
+        "        raise RuntimeError('hook exploded')\n"
+    )
+    import fakeframework  # noqa: F401
+
+    ci.profile(output="none", frameworks=["torch"])
+    report = ci.health()
+    assert report["hook_errors"] == 1
+    assert any("torch" in site for site in report["errors_by_site"])
+    with ci.scope("training-goes-on"):
+        pass
