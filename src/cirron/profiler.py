@@ -67,13 +67,13 @@ class Profiler:
         )
         span_provider.add_span_processor(processor)
         self._provider = span_provider
-        tracer = span_provider.get_tracer(recorder.TRACER_NAME, recorder.package_version())
         self.recorder = recorder.start_session(
-            tracer,
+            span_provider,
             recorder.session_attributes(),
             health,
             store,
             processor,
+            settings.max_events,
             parent=provider.parent_from_environment(),
         )
         recorder.replace(self.recorder)

@@ -19,10 +19,12 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from .health import Health
 from .processor import RingBufferSpanProcessor
+from .spans import TracerState, lean_path_possible
 from .store import TraceStore
 
 TRACER_NAME = "cirron"
 SESSION_SPAN = "cirron.session"
+MAX_VALUE_LENGTH = 8192  # characters kept of a string attribute value
 
 
 @dataclass
@@ -34,6 +36,8 @@ class Recorder:
     processor: RingBufferSpanProcessor | None = None
     session: Any = None  # the open cirron.session span
     session_context: Any = None  # an OTel Context holding the session span
+    lean: TracerState | None = None  # the fast span path, when the provider allows it
+    session_trace_id: int = 0
     # ci.watch'ed models and the like, for instrumentors (keyed by purpose).
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -52,18 +56,23 @@ def span_limits(max_events: int) -> SpanLimits:
     # Marks are span events: the SDK default of 128 per span would silently
     # cut a long epoch's loss curve. Attribute values are capped so a 10 MB
     # string can't bloat a spool file (documented in the README).
-    return SpanLimits(max_events=max_events, max_attribute_length=8192)
+    return SpanLimits(max_events=max_events, max_attribute_length=MAX_VALUE_LENGTH)
 
 
 def start_session(
-    tracer: Any,
+    provider: TracerProvider,
     attributes: dict[str, Any],
     health: Health,
     store: TraceStore,
     processor: RingBufferSpanProcessor,
+    max_events: int,
     parent: Any = None,
 ) -> Recorder:
     """Open ``cirron.session`` (a root span, or a child of ``parent``)."""
+    tracer = provider.get_tracer(TRACER_NAME, package_version())
+    lean = None
+    if lean_path_possible(provider):
+        lean = TracerState(provider, tracer, max_events, MAX_VALUE_LENGTH)
     session = tracer.start_span(
         SESSION_SPAN,
         context=parent if parent is not None else otel_context.Context(),
@@ -77,6 +86,8 @@ def start_session(
         processor=processor,
         session=session,
         session_context=trace.set_span_in_context(session, otel_context.Context()),
+        lean=lean,
+        session_trace_id=session.get_span_context().trace_id,
     )
 
 
@@ -100,8 +111,9 @@ def _in_memory() -> Recorder:
     processor = RingBufferSpanProcessor(store, health)
     provider = TracerProvider(shutdown_on_exit=False, span_limits=span_limits(settings.max_events))
     provider.add_span_processor(processor)
-    tracer = provider.get_tracer(TRACER_NAME, package_version())
-    recorder = start_session(tracer, session_attributes(), health, store, processor)
+    recorder = start_session(
+        provider, session_attributes(), health, store, processor, settings.max_events
+    )
     # ci.trace() on the in-memory recorder reports enabled=False: no profiler.
     recorder.extras["in_memory"] = True
     return recorder

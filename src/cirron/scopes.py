@@ -12,23 +12,53 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace.propagation import _SPAN_KEY as _span_key
 
 from . import recorder, values
 from .config import MAX_SCOPE_DEPTH
+from .spans import ScopeSpan
 
 _depth: ContextVar[int] = ContextVar("cirron_scope_depth", default=0)
-_get_current = otel_context.get_current
 _get_span = trace.get_current_span
-_set_span = trace.set_span_in_context
-_attach = otel_context.attach
-_detach = otel_context.detach
+_SPAN_KEY = _span_key
+_time_ns = time.time_ns
+
+
+def _runtime_context_var() -> Any:
+    """The ContextVar behind OpenTelemetry's context, used directly on the hot path."""
+    runtime = otel_context._RUNTIME_CONTEXT  # type: ignore[attr-defined]
+    if isinstance(runtime, ContextVarsRuntimeContext):
+        return runtime._current_context
+    return _RuntimeContextAdapter(runtime)
+
+
+class _RuntimeContextAdapter:
+    """The same three calls through the public API, for a custom runtime context."""
+
+    def __init__(self, runtime: Any) -> None:
+        self._runtime = runtime
+
+    def get(self) -> Any:
+        return otel_context.get_current()
+
+    def set(self, context: Any) -> Any:
+        return otel_context.attach(context)
+
+    def reset(self, token: Any) -> None:
+        otel_context.detach(token)
+
+
+_context_var = _runtime_context_var()
 
 MARK_KINDS = ("point", "summary")
 
@@ -62,13 +92,38 @@ class Scope:
                 self.name,
             )
             return self
-        previous = _get_current()
-        parent = previous if _get_span(previous).is_recording() else rec.session_context
-        span = rec.tracer.start_span(self.name, context=parent, attributes=self.attributes)
+        previous = _context_var.get()
+        parent = previous.get(_SPAN_KEY)
+        parent_context = previous
+        if parent is None or not parent.is_recording():
+            parent = rec.session
+            parent_context = rec.session_context
+        lean = rec.lean
+        if lean is not None and type(parent) is ScopeSpan:
+            span = ScopeSpan(
+                self.name, parent._trace_id, parent, {**self.attributes}, lean, parent_context
+            )
+        elif lean is not None and parent is rec.session:
+            span = ScopeSpan(
+                self.name, rec.session_trace_id, parent, {**self.attributes}, lean, parent_context
+            )
+        elif lean is not None and parent.get_span_context().trace_flags.sampled:
+            span = ScopeSpan(
+                self.name,
+                parent.get_span_context().trace_id,
+                parent,
+                {**self.attributes},
+                lean,
+                parent_context,
+            )
+        else:  # a custom sampler or an unsampled foreign parent: the SDK decides
+            span = rec.tracer.start_span(
+                self.name, context=parent_context, attributes=self.attributes
+            )
         self.span = span
         self._previous = previous
-        self._context = _set_span(span, previous)
-        self._token = _attach(self._context)
+        context = self._context = Context({**previous, _SPAN_KEY: span})
+        self._token = _context_var.set(context)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
@@ -77,14 +132,16 @@ class Scope:
         if span is None:
             return
         self.span = None
-        if span.is_recording():
-            if exc is not None:
-                close_with_error(span, exc)
-            span.end()
-        if _get_current() is self._context:
-            _detach(self._token)
-        else:  # closed out of order (a loop wrapper kept alive, a leaked scope)
-            _attach(self._previous)
+        if exc is not None and span.is_recording():
+            close_with_error(span, exc)
+        span.end()
+        if _context_var.get() is self._context:
+            try:
+                _context_var.reset(self._token)
+                return
+            except ValueError:  # the token belongs to another context (a generator moved)
+                pass
+        _context_var.set(self._previous)  # closed out of order: restore what it replaced
 
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Use the scope as a decorator: one span per call of ``function``."""
@@ -191,8 +248,8 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
         if kind not in MARK_KINDS:
             raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
         return
-    span = _get_span()
-    if not span.is_recording():
+    span = _context_var.get().get(_SPAN_KEY)
+    if span is None or not span.is_recording():
         span = rec.session
         if not span.is_recording():
             rec.health.add("marks_dropped")
@@ -201,9 +258,13 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
         event_attributes = {"value": value}
         if attributes:
             event_attributes.update(values.attributes(attributes, f"mark {name!r}"))
-        dropped = getattr(span, "dropped_events", 0)
-        span.add_event(name, event_attributes)
-        if getattr(span, "dropped_events", 0) != dropped:
+        if type(span) is ScopeSpan:
+            kept = span.add_mark_event(name, event_attributes, _time_ns())
+        else:
+            dropped = getattr(span, "dropped_events", 0)
+            span.add_event(name, event_attributes)
+            kept = getattr(span, "dropped_events", 0) == dropped
+        if not kept:
             rec.health.add("marks_dropped")
             rec.health.warn_once(
                 "mark-limit",
@@ -212,6 +273,9 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
                 getattr(span, "name", "?"),
             )
     elif kind == "summary":
-        span.set_attribute("mark." + name, value)
+        if type(span) is ScopeSpan:
+            span.set_mark_attribute("mark." + name, value)
+        else:
+            span.set_attribute("mark." + name, value)
     else:
         raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")

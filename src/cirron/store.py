@@ -12,6 +12,7 @@ import itertools
 from typing import Any
 
 from .health import _value
+from .spans import ScopeSpan
 
 
 class TraceStore:
@@ -21,11 +22,12 @@ class TraceStore:
         self._open: dict[int, Any] = {}
         self._evicted = itertools.count()
 
+    # Keyed by span id; a ScopeSpan's is read directly (its .context is built lazily).
     def started(self, span: Any) -> None:
-        self._open[span.context.span_id] = span
+        self._open[span._span_id if type(span) is ScopeSpan else span.context.span_id] = span
 
     def ended(self, span: Any) -> None:
-        self._open.pop(span.context.span_id, None)
+        self._open.pop(span._span_id if type(span) is ScopeSpan else span.context.span_id, None)
         ended = self._ended
         if len(ended) == self.capacity:
             next(self._evicted)
