@@ -53,11 +53,14 @@ class _ScopedLoop(Iterator[T]):
             self.close()
         if self._iterator is None:
             self._iterator = iter(self._iterable)
+        rec = recorder.current
+        if rec is not None and not rec.enabled:
+            return next(self._iterator)
         started = _perf_ns() if self._timed else 0
         item = next(self._iterator)  # StopIteration and errors propagate unchanged
         waited = _perf_ns() - started if self._timed else 0
         if self._is_epochs:
-            rec = recorder.current or recorder.active()
+            rec = rec or recorder.active()
             index = rec.extras.get("epochs_started", 0)
             rec.extras["epochs_started"] = index + 1
         else:

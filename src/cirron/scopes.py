@@ -243,6 +243,8 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
         values.name(name, "mark name")
     if type(value) is not float:
         value = values.scalar(value, f"mark {name!r} value")
+        if type(value) is str and len(value) > recorder.MAX_VALUE_LENGTH:
+            value = value[: recorder.MAX_VALUE_LENGTH]
     rec = recorder.current or recorder.active()
     if not rec.enabled:
         if kind not in MARK_KINDS:
