@@ -37,9 +37,16 @@ def _run_bounded(work: Callable[[], None], timeout: float) -> None:
 
 
 def install(
-    on_exit: Callable[[], None], on_signal: Callable[[str, bool], None], timeout: float
+    on_exit: Callable[[], None],
+    on_signal: Callable[[str, bool], None],
+    on_raise: Callable[[str, BaseException], None],
+    timeout: float,
 ) -> None:
-    """Register ``on_exit`` at exit and ``on_signal(name, dying)`` for SIGTERM/SIGINT."""
+    """Register ``on_exit`` at exit and ``on_signal(name, dying)`` for SIGTERM/SIGINT.
+
+    ``on_raise(name, error)`` runs in the interrupted thread when the previous
+    handler raises (``KeyboardInterrupt``), before the exception unwinds.
+    """
     global _handler, _exit_hook
     _exit_hook = on_exit
     atexit.register(on_exit)
@@ -55,7 +62,15 @@ def install(
             dying = previous in (signal.SIG_DFL, None)
             _run_bounded(lambda: on_signal(name, dying), timeout)
         if callable(previous):
-            previous(signum, frame)
+            try:
+                previous(signum, frame)
+            except BaseException as error:
+                if os.getpid() == owner:
+                    try:
+                        on_raise(signal.Signals(signum).name, error)
+                    except Exception:  # noqa: BLE001, S110 - the user's exception matters more
+                        pass
+                raise
         elif previous in (signal.SIG_DFL, None):
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)

@@ -156,9 +156,13 @@ class RingBufferSpanProcessor(SpanProcessor):
         if self._stopped:
             return
         self._health.span_ended()
+        if self.sinks:
+            self._enqueue(span)
+        # Last: while a span is still among the store's open spans, the signal
+        # path knows it may not have reached the ring yet (see on_end_interrupted).
         self.store.ended(span)
-        if not self.sinks:
-            return
+
+    def _enqueue(self, span: ReadableSpan) -> None:
         ring = self._ring
         if len(ring) >= self.capacity:
             self._health.add("spans_dropped")
@@ -172,6 +176,14 @@ class RingBufferSpanProcessor(SpanProcessor):
         ring.append(span)
         if len(ring) >= self._wake_at:
             self._wakeup.set()
+
+    def on_end_interrupted(self, span: ReadableSpan) -> None:
+        """Finish ``on_end`` for a span whose ``end()`` a signal cut short."""
+        if self._stopped:
+            return
+        if self.sinks and not any(queued is span for queued in list(self._ring)):
+            self._enqueue(span)
+        self.store.ended(span)
 
     @property
     def buffer_used(self) -> int:
@@ -189,29 +201,40 @@ class RingBufferSpanProcessor(SpanProcessor):
             except Exception as error:  # noqa: BLE001 - the flush thread must not die
                 self._health.failed("flush thread", error, "export_errors")
 
-    def _drain(self) -> int:
+    def _drain(self, lock_timeout: float = -1) -> int:
         if os.getpid() != self._pid:
             return 0
-        with self._drain_lock:
+        # A signal handler's flush gives up on the lock after lock_timeout: the
+        # thread holding it may be the one the signal froze.
+        locked = self._drain_lock.acquire(timeout=lock_timeout)
+        try:
             ring = self._ring
-            batch = [ring.popleft() for _ in range(len(ring))]
+            batch = []
+            while ring:
+                try:
+                    batch.append(ring.popleft())
+                except IndexError:
+                    break
             if batch:
                 self._health.add("spans_exported", len(batch))
                 for sink in self.sinks:
                     sink.submit(batch)
             return len(batch)
+        finally:
+            if locked:
+                self._drain_lock.release()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
         self._drain()
         return all([sink.wait_idle(deadline) for sink in self.sinks])
 
-    def shutdown(self, timeout: float = 3.0) -> None:
+    def shutdown(self, timeout: float = 3.0, interrupted: bool = False) -> None:
         if self._stopped or os.getpid() != self._pid:
             self._stopped = True
             return
         deadline = time.monotonic() + timeout
-        self._drain()
+        self._drain(lock_timeout=0.2 if interrupted else -1)
         self._stopped = True
         self._wakeup.set()
         for sink in self.sinks:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
+
+from opentelemetry.trace import Status, StatusCode, get_current_span
 
 from . import config as config_module
 from . import exporters, lifecycle, provider, readback, recorder, registry
@@ -17,6 +20,7 @@ from .health import Health
 from .processor import RingBufferSpanProcessor, SinkWorker
 from .recorder import Recorder
 from .scopes import close_with_error
+from .spans import ScopeSpan
 from .store import TraceStore
 
 _log = logging.getLogger("cirron")
@@ -78,7 +82,7 @@ class Profiler:
         )
         recorder.replace(self.recorder)
         self._install_hooks()
-        lifecycle.install(self._at_exit, self._on_signal, settings.exit_timeout)
+        lifecycle.install(self._at_exit, self._on_signal, self._on_raise, settings.exit_timeout)
 
     def _install_hooks(self) -> None:
         names = self.settings.frameworks
@@ -140,7 +144,7 @@ class Profiler:
         """This profiler's spans; see :func:`cirron.trace`."""
         return readback.render(self.recorder if self.enabled else None, format, name, last)
 
-    def shutdown(self) -> None:
+    def shutdown(self, interrupted: bool = False) -> None:
         """Close the session, flush, stop the threads and clear the singleton."""
         global _profiler, _last
         with _lock:
@@ -156,43 +160,78 @@ class Profiler:
             return
         for name, instrumentor in self.instrumentors.items():
             call_guarded(f"uninstrumenting {name}", lambda i=instrumentor: i.uninstrument())
-        self._end_open_spans(error=None)
+        self._end_open_spans(error=None, interrupted=interrupted)
         processor = self.recorder.processor
         if processor is not None:
-            processor.shutdown(self.settings.exit_timeout)
+            processor.shutdown(self.settings.exit_timeout, interrupted=interrupted)
             provider.remove_processor(self._provider, processor)
         _last = self.recorder
         if recorder.current is self.recorder:
             recorder.replace(None)
 
     # -- exit paths -------------------------------------------------------------
-    def _end_open_spans(self, error: str | None) -> None:
+    def _end_open_spans(self, error: BaseException | str | None, interrupted: bool = False) -> None:
+        """End every open span, innermost first, the session last.
+
+        ``interrupted``: a signal froze the main thread somewhere in our code,
+        so never wait on a lock it may hold, and finish the ``on_end`` of a span
+        whose ``end()`` it cut short.
+        """
         store = self.recorder.store
+        processor = self.recorder.processor
         if store is None:
             return
         session = self.recorder.session
-        for span in reversed(store.open_spans()):  # innermost first
-            if span is session or not span.is_recording():
+        open_spans = [span for span in reversed(store.open_spans()) if span is not session]
+        if session is not None:
+            open_spans.append(session)
+        for span in open_spans:
+            if span.end_time is not None:
+                if interrupted and processor is not None:
+                    readable = getattr(span, "_readable_span", None)  # an SDK span: its copy
+                    processor.on_end_interrupted(readable() if readable else span)
                 continue
+            lock = getattr(span, "_lock", None)  # SDK spans; ours have none
+            if interrupted and lock is not None:
+                if not lock.acquire(timeout=0.1):
+                    continue  # held by the frozen thread: this one span is lost
+                lock.release()
             if error is not None:
                 close_with_error(span, error)
             span.end()
-        if session is not None and session.is_recording():
-            if error is not None:
-                close_with_error(session, error)
-            session.end()
 
     def _at_exit(self) -> None:
-        if os.getpid() == self.pid:
-            self.shutdown()
+        if os.getpid() != self.pid:
+            return
+        # A script that died of an uncaught exception: its run failed, and the
+        # spans still open say so (the interpreter keeps the error in sys.last_value).
+        error = getattr(sys, "last_value", None)
+        if isinstance(error, BaseException) and not hasattr(sys, "ps1"):
+            self._end_open_spans(error=error)
+        self.shutdown()
 
     def _on_signal(self, name: str, dying: bool) -> None:
         self.recorder.extras["signal"] = name
         if dying:
-            self._end_open_spans(error=f"terminated by {name}")
-            self.shutdown()
+            self._end_open_spans(error=f"terminated by {name}", interrupted=True)
+            self.shutdown(interrupted=True)
         else:
             self.flush()
+
+    def _on_raise(self, name: str, error: BaseException) -> None:
+        """The previous handler raised (Ctrl-C): the interrupted scopes failed.
+
+        Runs in the interrupted thread, so the current OTel context is the stack
+        of scopes the exception is about to unwind. Loop wrappers close their
+        scopes from a finalizer that can't see the exception: mark them here.
+        """
+        status = Status(StatusCode.ERROR, f"{name}: {type(error).__name__}")
+        span = get_current_span()
+        session = self.recorder.session
+        while isinstance(span, ScopeSpan) and span is not session:
+            if span.is_recording():
+                span.set_status(status)
+            span = span._parent_span
 
 
 def _disabled(settings: Settings) -> Profiler:

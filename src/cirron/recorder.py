@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from .health import Health
 from .processor import RingBufferSpanProcessor
-from .spans import TracerState, lean_path_possible
+from .spans import ScopeSpan, TracerState, lean_path_possible
 from .store import TraceStore
 
 TRACER_NAME = "cirron"
@@ -73,11 +73,21 @@ def start_session(
     lean = None
     if lean_path_possible(provider):
         lean = TracerState(provider, tracer, max_events, MAX_VALUE_LENGTH)
-    session = tracer.start_span(
-        SESSION_SPAN,
-        context=parent if parent is not None else otel_context.Context(),
-        attributes=attributes,
-    )
+    root_context = parent if parent is not None else otel_context.Context()
+    if lean is not None:
+        remote = trace.get_current_span(root_context)
+        remote_context = remote.get_span_context()
+        trace_id = remote_context.trace_id if remote_context.is_valid else lean.new_trace_id()
+        session: Any = ScopeSpan(
+            SESSION_SPAN,
+            trace_id,
+            remote if remote_context.is_valid else None,
+            dict(attributes),
+            lean,
+            root_context,
+        )
+    else:
+        session = tracer.start_span(SESSION_SPAN, context=root_context, attributes=attributes)
     return Recorder(
         enabled=True,
         health=health,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import logging
 import random
-import threading
 import time
 import traceback
 from collections.abc import Mapping
@@ -41,7 +40,6 @@ from . import values
 _log = logging.getLogger("cirron")
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
-_end_lock = threading.Lock()
 _time_ns = time.time_ns
 _random_bits = random.getrandbits
 
@@ -88,6 +86,7 @@ class TracerState:
         self.max_events = max_events
         self.max_value_length = max_value_length
         generator = provider.id_generator
+        self.new_trace_id = generator.generate_trace_id
         self._span_id = (
             (lambda: _random_bits(64))
             if type(generator) is RandomIdGenerator
@@ -119,6 +118,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     """A recording span of cirron's; see the module docstring."""
 
     _kind = SpanKind.INTERNAL
+    _end_time: int | None = None  # set once, by end(), in the instance dict
     _attributes: dict[str, Any]  # type: ignore[assignment]
     _context: Any
     _parent: Any
@@ -142,7 +142,6 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         self._attributes = attributes
         self._status = _UNSET
         self._state = state
-        self._end_time = None
         self._dropped_events = 0
         self._start_time = _time_ns()
         state.processor.on_start(self, parent_context=parent_context)
@@ -277,10 +276,12 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         self.add_event("exception", details, timestamp)
 
     def end(self, end_time: int | None = None) -> None:
-        with _end_lock:  # two threads ending one span: only one of them ends it
-            if self._end_time is not None:
-                return
-            self._end_time = end_time if end_time is not None else _time_ns()
+        # Lock-free "end once": dict.setdefault is one atomic step under the GIL,
+        # so of two threads ending one span exactly one wins, and a signal
+        # handler can never find the span's end stuck behind a held lock.
+        stamp = end_time if end_time is not None else _time_ns()
+        if self.__dict__.setdefault("_end_time", stamp) is not stamp:
+            return
         self._state.processor.on_end(self)
 
     def __repr__(self) -> str:

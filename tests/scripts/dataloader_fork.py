@@ -1,6 +1,6 @@
 """A profiled torch loop over a DataLoader with two forked workers.
 
-    python dataloader_fork.py PATH
+python dataloader_fork.py PATH
 """
 
 import os
@@ -20,7 +20,7 @@ model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
 seen = 0
-for epoch in ci.epochs(range(2)):
+for _epoch in ci.epochs(range(2)):
     for x, y in ci.batches(loader):
         loss = (model(x).squeeze(1) - y.float()).pow(2).mean()
         optimizer.zero_grad()

@@ -1,6 +1,6 @@
 """Profile, leave scopes open and return without ci.shutdown(): atexit must flush.
 
-    python exit_without_shutdown.py PATH
+python exit_without_shutdown.py PATH
 """
 
 import os
@@ -11,7 +11,7 @@ import cirron as ci
 ci.profile(path=sys.argv[1], flush_interval=30.0, frameworks=[])
 print(f"PID {os.getpid()}", flush=True)
 
-for epoch in ci.epochs(range(2)):
+for _epoch in ci.epochs(range(2)):
     for i in ci.batches(range(3)):
         ci.mark("loss", 0.5 / (i + 1))
 

@@ -1,6 +1,6 @@
 """Under OTEL_SDK_DISABLED=true, ci.profile() must be a no-op; prints a JSON report.
 
-    OTEL_SDK_DISABLED=true python sdk_disabled.py PATH
+OTEL_SDK_DISABLED=true python sdk_disabled.py PATH
 """
 
 import json

@@ -10,23 +10,20 @@ open ``work`` scope, prints READY and sleeps until signalled (at most 20 s).
 ``--user-handler`` installs a SIGTERM handler before ``ci.profile()`` that
 sets a stop flag; the loop then ends gracefully and the script returns.
 ``--catch-ki`` catches KeyboardInterrupt at top level, prints KI, re-raises.
-``--busy``: epoch 1 does not sleep but keeps running short batches (scopes
-and marks, no pause) after READY, so the signal lands anywhere in cirron's
-hot path; it stops by itself after 20 s.
 """
 
 import contextlib
-import itertools
 import os
 import signal
 import sys
 import time
 
-args = sys.argv[2:]
 path = sys.argv[1]
+args = sys.argv[2:]
 stop = False
 
 if "--no-cirron" in args:
+
     def epochs(iterable):
         return iterable
 
@@ -55,19 +52,18 @@ def main():
         signal.signal(signal.SIGTERM, on_sigterm)
     if "--no-cirron" not in args:
         ci.profile(path=path, flush_interval=30.0, frameworks=[])
-    busy = "--busy" in args
     deadline = time.monotonic() + 20
     for epoch in epochs(range(3)):
-        for i in batches(itertools.count() if busy and epoch == 1 else range(4)):
+        for i in batches(range(4)):
             with scope("work"):
                 mark("loss", 1.0 / (i + 1))
                 if epoch == 1 and i == 2:
                     print("READY", flush=True)
-                    while not busy and not stop and time.monotonic() < deadline:
+                    while not stop and time.monotonic() < deadline:
                         time.sleep(0.02)
-            if stop or time.monotonic() > deadline:
+            if stop:
                 break
-        if stop or time.monotonic() > deadline:
+        if stop:
             break
     print("DONE", flush=True)
 

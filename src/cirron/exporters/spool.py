@@ -37,8 +37,12 @@ class SpoolExporter(SpanExporter):
 
     def _write(self, data: bytes) -> None:
         os.makedirs(self.directory, exist_ok=True)
-        self._sequence += 1
-        final = os.path.join(self.directory, f"{os.getpid()}-{self._sequence:06d}.json")
+        pid = os.getpid()
+        while True:  # never replace a file: an earlier profiler of this process, or an
+            self._sequence += 1  # earlier run that had the same pid, may have written it
+            final = os.path.join(self.directory, f"{pid}-{self._sequence:06d}.json")
+            if not os.path.exists(final):
+                break
         handle, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=self.directory)
         try:
             with os.fdopen(handle, "wb") as stream:
