@@ -149,7 +149,12 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     # -- lazily built, cached on first use -------------------------------------
     def __getattr__(self, name: str) -> Any:
         if name == "_context":
-            context = trace_api.SpanContext(self._trace_id, self._span_id, False, _SAMPLED)
+            # Like the SDK's children, carry the parent's W3C trace state on.
+            parent = self._parent_span
+            trace_state = parent.get_span_context().trace_state if parent is not None else None
+            context = trace_api.SpanContext(
+                self._trace_id, self._span_id, False, _SAMPLED, trace_state
+            )
             self._context = context
             return context
         if name == "_parent":
