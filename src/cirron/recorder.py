@@ -37,7 +37,6 @@ class Recorder:
     session: Any = None  # the open cirron.session span
     session_context: Any = None  # an OTel Context holding the session span
     lean: TracerState | None = None  # the fast span path, when the provider allows it
-    session_trace_id: int = 0
     # ci.watch'ed models and the like, for instrumentors (keyed by purpose).
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -97,7 +96,6 @@ def start_session(
         session=session,
         session_context=trace.set_span_in_context(session, otel_context.Context()),
         lean=lean,
-        session_trace_id=session.get_span_context().trace_id,
     )
 
 

@@ -18,7 +18,6 @@ from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.context.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import Status, StatusCode
@@ -29,7 +28,6 @@ from .config import MAX_SCOPE_DEPTH
 from .spans import ScopeSpan
 
 _depth: ContextVar[int] = ContextVar("cirron_scope_depth", default=0)
-_get_span = trace.get_current_span
 _SPAN_KEY = _span_key
 _time_ns = time.time_ns
 
@@ -39,14 +37,11 @@ def _runtime_context_var() -> Any:
     runtime = otel_context._RUNTIME_CONTEXT  # type: ignore[attr-defined]
     if isinstance(runtime, ContextVarsRuntimeContext):
         return runtime._current_context
-    return _RuntimeContextAdapter(runtime)
+    return _RuntimeContextAdapter()
 
 
 class _RuntimeContextAdapter:
     """The same three calls through the public API, for a custom runtime context."""
-
-    def __init__(self, runtime: Any) -> None:
-        self._runtime = runtime
 
     def get(self) -> Any:
         return otel_context.get_current()
@@ -59,6 +54,15 @@ class _RuntimeContextAdapter:
 
 
 _context_var = _runtime_context_var()
+
+
+def _lean_trace_id(parent: Any) -> int | None:
+    """The trace id for a lean child of ``parent``, or None when the SDK must decide."""
+    if type(parent) is ScopeSpan:
+        return parent._trace_id  # type: ignore[no-any-return]
+    context = parent.get_span_context()
+    return context.trace_id if context.trace_flags.sampled else None  # type: ignore[no-any-return]
+
 
 MARK_KINDS = ("point", "summary")
 
@@ -99,23 +103,9 @@ class Scope:
             parent = rec.session
             parent_context = rec.session_context
         lean = rec.lean
-        if lean is not None and type(parent) is ScopeSpan:
-            span = ScopeSpan(
-                self.name, parent._trace_id, parent, {**self.attributes}, lean, parent_context
-            )
-        elif lean is not None and parent is rec.session:
-            span = ScopeSpan(
-                self.name, rec.session_trace_id, parent, {**self.attributes}, lean, parent_context
-            )
-        elif lean is not None and parent.get_span_context().trace_flags.sampled:
-            span = ScopeSpan(
-                self.name,
-                parent.get_span_context().trace_id,
-                parent,
-                {**self.attributes},
-                lean,
-                parent_context,
-            )
+        trace_id = _lean_trace_id(parent) if lean is not None else None
+        if lean is not None and trace_id is not None:
+            span = ScopeSpan(self.name, trace_id, parent, {**self.attributes}, lean, parent_context)
         else:  # a custom sampler or an unsampled foreign parent: the SDK decides
             span = rec.tracer.start_span(
                 self.name, context=parent_context, attributes=self.attributes
