@@ -24,6 +24,7 @@ from .exporters.spool import read_spool, spool_spans
 from .loops import batches, epochs
 from .profiler import Profiler, flush, health, profile, shutdown, trace
 from .scopes import Scope, mark, scope
+from .watch import watch
 from .wrap import wrap
 
 __all__ = [
@@ -41,5 +42,6 @@ __all__ = [
     "shutdown",
     "spool_spans",
     "trace",
+    "watch",
     "wrap",
 ]

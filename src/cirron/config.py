@@ -41,6 +41,7 @@ class Settings:
     trace_buffer: int = 20000
     exit_timeout: float = 3.0
     max_events: int = 10000
+    epoch_steps: int = 1000  # optimizer steps per epoch when no DataLoader shows epochs
     # The whole config= dict, for the user's own feature flags (Profiler.config).
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -126,6 +127,7 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "trace_buffer": (_positive_int, env.CIRRON_TRACE_BUFFER, int),
     "exit_timeout": (_positive_number, env.CIRRON_EXIT_TIMEOUT, float),
     "max_events": (_positive_int, env.CIRRON_MAX_EVENTS, int),
+    "epoch_steps": (_positive_int, env.CIRRON_EPOCH_STEPS, int),
 }
 
 

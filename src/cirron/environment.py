@@ -29,6 +29,7 @@ CIRRON_BUFFER_SIZE = "CIRRON_BUFFER_SIZE"  # ring buffer capacity, in spans
 CIRRON_TRACE_BUFFER = "CIRRON_TRACE_BUFFER"  # spans kept in memory for ci.trace()
 CIRRON_EXIT_TIMEOUT = "CIRRON_EXIT_TIMEOUT"  # seconds exit may wait for exporters
 CIRRON_MAX_EVENTS = "CIRRON_MAX_EVENTS"  # point marks kept per span
+CIRRON_EPOCH_STEPS = "CIRRON_EPOCH_STEPS"  # optimizer steps per epoch without a DataLoader
 
 # Platform context, recorded as resource attributes.
 CIRRON_RUN_ID = "CIRRON_RUN_ID"

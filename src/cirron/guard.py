@@ -40,3 +40,36 @@ def guarded(site: str) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def traced_call(
+    site: str,
+    name: str,
+    attributes: dict[str, Any],
+    function: Callable[..., Any],
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """Run ``function`` inside a scope ``name``; the scope can never break the call.
+
+    If opening or closing the scope fails, that is counted for ``site`` and the
+    call runs (or its result is returned) as if cirron were not there. The
+    call's own exceptions propagate unchanged, recorded on the scope.
+    """
+    from .scopes import Scope
+
+    scope: Scope | None = Scope(name, attributes)
+    try:
+        scope.__enter__()  # type: ignore[union-attr]
+    except Exception as error:  # noqa: BLE001 - this is the guard
+        recorder.current_health().failed(site, error)
+        scope = None
+    try:
+        result = function(*args, **kwargs)
+    except BaseException as raised:
+        if scope is not None:
+            call_guarded(site, scope.__exit__, type(raised), raised, raised.__traceback__)
+        raise
+    if scope is not None:
+        call_guarded(site, scope.__exit__, None, None, None)
+    return result

@@ -9,6 +9,7 @@ types and their number are passed through unchanged.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -18,6 +19,15 @@ from .scopes import Scope
 T = TypeVar("T")
 
 _perf_ns = time.perf_counter_ns
+# Iterators that ci.batches drives: framework hooks leave their steps to it.
+_driven: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def driven_by_batches(iterator: Any) -> bool:
+    try:
+        return iterator in _driven
+    except TypeError:
+        return False
 
 
 def _is_torch_dataloader(iterable: Any) -> bool:
@@ -53,6 +63,11 @@ class _ScopedLoop(Iterator[T]):
             self.close()
         if self._iterator is None:
             self._iterator = iter(self._iterable)
+            if not self._is_epochs:
+                try:
+                    _driven.add(self._iterator)
+                except TypeError:  # not weak-referenceable: a plain iterator, no hooks care
+                    pass
         rec = recorder.current
         if rec is not None and not rec.enabled:
             return next(self._iterator)

@@ -80,7 +80,11 @@ class Profiler:
             settings.max_events,
             parent=provider.parent_from_environment(),
         )
-        recorder.replace(self.recorder)
+        self.recorder.extras["epoch_steps"] = settings.epoch_steps
+        previous = recorder.replace(self.recorder)
+        if previous is not None and previous.extras.get("in_memory"):
+            # ci.watch() called before ci.profile() still counts
+            self.recorder.extras["watched"] = previous.extras.get("watched", {})
         self._install_hooks()
         lifecycle.install(self._at_exit, self._on_signal, self._on_raise, settings.exit_timeout)
 
@@ -160,6 +164,9 @@ class Profiler:
             return
         for name, instrumentor in self.instrumentors.items():
             call_guarded(f"uninstrumenting {name}", lambda i=instrumentor: i.uninstrument())
+        loop = self.recorder.extras.get("training_loop")
+        if loop is not None and not interrupted:
+            call_guarded("closing the training loop", loop.close)
         self._end_open_spans(error=None, interrupted=interrupted)
         processor = self.recorder.processor
         if processor is not None:

@@ -127,6 +127,29 @@ def _in_memory() -> Recorder:
     return recorder
 
 
+def bind_provider(provider: Any, max_events: int = 10000) -> Recorder:
+    """A recorder on the user's own provider, for instrumentors used with plain OTel.
+
+    No ``cirron.session`` (spans with no open parent become roots), no sinks,
+    no threads: the user's processors export; the store keeps ``ci.trace()``.
+    """
+    from .config import Settings
+
+    health = Health()
+    store = TraceStore(Settings().trace_buffer)
+    processor = RingBufferSpanProcessor(store, health)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer(TRACER_NAME, package_version())
+    lean = None
+    if lean_path_possible(provider):
+        lean = TracerState(provider, tracer, max_events, MAX_VALUE_LENGTH)
+    bound = Recorder(
+        enabled=True, health=health, store=store, tracer=tracer, processor=processor, lean=lean
+    )
+    replace(bound)
+    return bound
+
+
 def active() -> Recorder:
     """The recorder scopes and marks go to, building the in-memory one if needed."""
     global current

@@ -56,6 +56,16 @@ class _RuntimeContextAdapter:
 _context_var = _runtime_context_var()
 
 
+def current_span_chain() -> list[Any]:
+    """The open spans of this thread/task, innermost first (cirron's spans only)."""
+    chain = []
+    span = _context_var.get().get(_SPAN_KEY)
+    while isinstance(span, ScopeSpan) and span.is_recording():
+        chain.append(span)
+        span = span._parent_span
+    return chain
+
+
 def _lean_trace_id(parent: Any) -> int | None:
     """The trace id for a lean child of ``parent``, or None when the SDK must decide."""
     if type(parent) is ScopeSpan:
@@ -70,12 +80,22 @@ MARK_KINDS = ("point", "summary")
 class Scope:
     """An open (or about to open) region; see :func:`scope`."""
 
-    __slots__ = ("name", "attributes", "span", "_token", "_context", "_previous", "_depth")
+    __slots__ = (
+        "name",
+        "attributes",
+        "span",
+        "start_ns",
+        "_token",
+        "_context",
+        "_previous",
+        "_depth",
+    )
 
-    def __init__(self, name: str, attributes: dict[str, Any]) -> None:
+    def __init__(self, name: str, attributes: dict[str, Any], start_ns: int | None = None) -> None:
         self.name = name
         self.attributes = attributes
         self.span: Any = None
+        self.start_ns = start_ns  # backdate the span (hooks that learn of a region late)
 
     def __enter__(self) -> Scope:
         rec = recorder.current or recorder.active()
@@ -100,15 +120,31 @@ class Scope:
         parent = previous.get(_SPAN_KEY)
         parent_context = previous
         if parent is None or not parent.is_recording():
-            parent = rec.session
+            parent = rec.session  # None on a provider-bound recorder: a root span
             parent_context = rec.session_context
         lean = rec.lean
-        trace_id = _lean_trace_id(parent) if lean is not None else None
+        if lean is None:
+            trace_id = None
+        elif parent is None:
+            trace_id = lean.new_trace_id()
+        else:
+            trace_id = _lean_trace_id(parent)
         if lean is not None and trace_id is not None:
-            span = ScopeSpan(self.name, trace_id, parent, {**self.attributes}, lean, parent_context)
+            span = ScopeSpan(
+                self.name,
+                trace_id,
+                parent,
+                {**self.attributes},
+                lean,
+                parent_context,
+                self.start_ns,
+            )
         else:  # a custom sampler or an unsampled foreign parent: the SDK decides
             span = rec.tracer.start_span(
-                self.name, context=parent_context, attributes=self.attributes
+                self.name,
+                context=parent_context or Context(),
+                attributes=self.attributes,
+                start_time=self.start_ns,
             )
         self.span = span
         self._previous = previous
@@ -243,7 +279,7 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
     span = _context_var.get().get(_SPAN_KEY)
     if span is None or not span.is_recording():
         span = rec.session
-        if not span.is_recording():
+        if span is None or not span.is_recording():
             rec.health.add("marks_dropped")
             return
     if kind == "point":

@@ -134,6 +134,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         attributes: dict[str, Any],
         state: TracerState,
         parent_context: Any = None,
+        start_time: int | None = None,
     ) -> None:
         self._name = name
         self._trace_id = trace_id
@@ -143,7 +144,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         self._status = _UNSET
         self._state = state
         self._dropped_events = 0
-        self._start_time = _time_ns()
+        self._start_time = start_time if start_time is not None else _time_ns()
         state.processor.on_start(self, parent_context=parent_context)
 
     # -- lazily built, cached on first use -------------------------------------

@@ -1,0 +1,258 @@
+"""PyTorch instrumentation: training steps, epochs, forward, backward, optimizer and data spans.
+
+Installed by ``ci.profile()`` once the script imports torch, or on its own
+with plain OpenTelemetry::
+
+    from cirron.instrumentors.torch import TorchInstrumentor
+    TorchInstrumentor().instrument(tracer_provider=provider)
+
+What becomes a span:
+
+- ``forward``: one per call of an *outermost* module (attribute ``mode`` =
+  ``train``/``eval``, ``module`` = its class). Calls of its submodules are not
+  spans and cost next to nothing. A loss module called on its own
+  (``nn.CrossEntropyLoss()(out, y)``) is a ``loss`` span, not a second forward.
+- ``backward``: ``loss.backward()`` and ``torch.autograd.backward(...)``.
+- ``optimizer_step``: every ``optimizer.step()`` (global optimizer hooks).
+- ``data_load``: the wait inside a DataLoader iterator's ``__next__``.
+- ``step`` and ``epoch``: decided by ``cirron.training`` from these moments.
+
+A training loader is one iterated with gradients enabled while the models
+seen so far are in train mode; loaders under ``torch.no_grad()`` or
+``model.eval()`` open no steps and no epochs.
+
+Every hook runs through the core guard: a failure inside cirron is counted in
+``ci.health()``, warned about once, and the training step runs on unchanged.
+``uninstrument()`` restores every patched attribute and removes every hook.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+
+from .. import loops, recorder, training
+from ..guard import call_guarded, traced_call
+
+_SITE = "torch hook"
+
+
+class _ThreadState(threading.local):
+    in_forward = False
+    in_backward = False
+
+
+_state = _ThreadState()
+_seen_models: weakref.WeakSet[Any] = weakref.WeakSet()
+_loader_kind: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_optimizer_scopes: dict[int, Any] = {}
+
+
+def _torch() -> Any:
+    return sys.modules["torch"]
+
+
+# -- forward -----------------------------------------------------------------------
+def _is_loss(module: Any) -> bool:
+    return isinstance(module, _torch().nn.modules.loss._Loss)
+
+
+def _root_forward(module: Any, call: Any, args: Any, kwargs: Any) -> Any:
+    torch = _torch()
+    if _is_loss(module):
+        return traced_call(_SITE, "loss", {"module": type(module).__name__}, call, *args, **kwargs)
+    training_mode = module.training
+    try:
+        _seen_models.add(module)
+        if training_mode and torch.is_grad_enabled():
+            training.loop().training_activity()
+    except Exception as error:  # noqa: BLE001 - the guard
+        recorder.current_health().failed(_SITE, error)
+    attributes = {"mode": "train" if training_mode else "eval", "module": type(module).__name__}
+    return traced_call(_SITE, "forward", attributes, call, *args, **kwargs)
+
+
+def _make_module_call(original: Any) -> Any:
+    # torch's Module.__call__ is _wrapped_call_impl; for submodules we do what it
+    # does ourselves instead of calling it, so a submodule pays one thread-local
+    # read and no extra Python frame, however many submodules the model has.
+    inline = getattr(original, "__name__", "") == "_wrapped_call_impl"
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _state.in_forward:  # a submodule, or code torch.compile traces
+            if inline:
+                compiled = self._compiled_call_impl
+                if compiled is not None:
+                    return compiled(*args, **kwargs)
+                return self._call_impl(*args, **kwargs)
+            return original(self, *args, **kwargs)
+        _state.in_forward = True
+        try:
+            return _root_forward(self, lambda *a, **k: original(self, *a, **k), args, kwargs)
+        finally:
+            _state.in_forward = False
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __call__
+
+
+# -- backward ----------------------------------------------------------------------
+def _make_backward(original: Any, name: str) -> Any:
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if _state.in_backward:  # Tensor.backward calls torch.autograd.backward
+            return original(*args, **kwargs)
+        _state.in_backward = True
+        try:
+            call_guarded(_SITE, lambda: training.loop().training_activity())
+            return traced_call(_SITE, "backward", {}, original, *args, **kwargs)
+        finally:
+            _state.in_backward = False
+
+    backward.__wrapped__ = original  # type: ignore[attr-defined]
+    backward.__name__ = name
+    return backward
+
+
+# -- optimizer ---------------------------------------------------------------------
+def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    from ..scopes import Scope
+
+    stale = _optimizer_scopes.pop(id(optimizer), None)
+    if stale is not None:  # the previous step() raised before its post hook
+        stale.__exit__(RuntimeError, RuntimeError("optimizer.step() raised"), None)
+    training.loop().training_activity()
+    scope = Scope("optimizer_step", {"optimizer": type(optimizer).__name__})
+    scope.__enter__()
+    _optimizer_scopes[id(optimizer)] = scope
+
+
+def _after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    scope = _optimizer_scopes.pop(id(optimizer), None)
+    if scope is not None:
+        scope.__exit__(None, None, None)
+    training.loop().optimizer_stepped()
+
+
+# -- data loading ------------------------------------------------------------------
+def _classify(iterator: Any) -> str:
+    kind = _loader_kind.get(iterator)
+    if kind is None:
+        if loops.driven_by_batches(iterator):
+            kind = "batches"
+        elif _torch().is_grad_enabled() and (
+            not _seen_models or any(m.training for m in list(_seen_models))
+        ):
+            kind = "training"
+        else:
+            kind = "eval"
+        _loader_kind[iterator] = kind
+    return kind
+
+
+def _record_data_load(started_ns: int) -> None:
+    """A ``data_load`` span for a fetch that began at ``started_ns`` and just ended."""
+    from ..scopes import Scope
+
+    scope = Scope("data_load", {}, started_ns)
+    scope.__enter__()
+    scope.__exit__(None, None, None)
+
+
+def _make_next(original: Any) -> Any:
+    def __next__(self: Any) -> Any:
+        kind = call_guarded(_SITE, _classify, self) or "eval"
+        if kind == "batches":  # ci.batches records the wait as data_load_ns
+            return original(self)
+        started = time.time_ns()
+        try:
+            item = original(self)
+        except StopIteration:
+            call_guarded(_SITE, _record_data_load, started)
+            if kind == "training":
+                call_guarded(_SITE, training.loop().training_loader_exhausted, self)
+            _loader_kind.pop(self, None)  # a persistent-workers iterator starts over
+            raise
+        if kind == "training":
+            call_guarded(_SITE, training.loop().training_fetch, self, started, False)
+        call_guarded(_SITE, _record_data_load, started)
+        return item
+
+    __next__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __next__
+
+
+class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """OpenTelemetry instrumentor for PyTorch training loops (see the module docstring)."""
+
+    # BaseInstrumentor is a singleton: __init__ runs on every TorchInstrumentor()
+    # call, so the patch list lives on the class, not in __init__.
+    _patches: list[tuple[Any, str, Any]] = []
+    _handles: list[Any] = []
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ("torch >= 2.1",)
+
+    def _instrument(self, **kwargs: Any) -> None:
+        provider = kwargs.get("tracer_provider")
+        if provider is not None and recorder.current is None:
+            recorder.bind_provider(provider)
+        if "torch" in sys.modules:
+            self._attach()
+        else:  # attach the moment the script imports torch, never import it ourselves
+            import wrapt
+
+            wrapt.register_post_import_hook(lambda _module: self._attach(), "torch")
+
+    def _patch(self, owner: Any, attribute: str, replacement: Any) -> None:
+        original = owner.__dict__[attribute]
+        self._patches.append((owner, attribute, original))
+        setattr(owner, attribute, replacement)
+
+    def _attach(self) -> None:
+        if self._patches:
+            return
+        try:
+            self._install_patches()
+        except BaseException:
+            self._uninstrument()  # all or nothing: never leave torch half patched
+            raise
+
+    def _install_patches(self) -> None:
+        torch = _torch()
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        module_class = torch.nn.Module
+        self._patch(module_class, "__call__", _make_module_call(module_class.__call__))
+        self._patch(torch.Tensor, "backward", _make_backward(torch.Tensor.backward, "backward"))
+        self._patch(torch.autograd, "backward", _make_backward(torch.autograd.backward, "backward"))
+        self._patch(_BaseDataLoaderIter, "__next__", _make_next(_BaseDataLoaderIter.__next__))
+        self._handles.append(
+            register_optimizer_step_pre_hook(
+                lambda o, a, k: call_guarded(_SITE, _before_optimizer_step, o, a, k)
+            )
+        )
+        self._handles.append(
+            register_optimizer_step_post_hook(
+                lambda o, a, k: call_guarded(_SITE, _after_optimizer_step, o, a, k)
+            )
+        )
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        for owner, attribute, original in reversed(self._patches):
+            setattr(owner, attribute, original)
+        self._patches.clear()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        _optimizer_scopes.clear()
+        _seen_models.clear()

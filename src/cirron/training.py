@@ -1,0 +1,149 @@
+"""Step and epoch boundaries of a training loop, shared by every framework hook.
+
+Hooks report moments ("a training loader started", "a batch fetch began",
+"the optimizer stepped", "a training forward ran"); this module decides when
+``step`` and ``epoch`` spans open and close, so the policy lives once:
+
+- A **step** runs from the fetch of its first batch to the fetch of the next
+  step's first batch (several fetches, forwards and backwards per optimizer
+  step are one step: gradient accumulation). Without a DataLoader, a step
+  opens at the first training forward/backward after the previous optimizer
+  step. Either way it stays open until the next step begins, the training
+  loader is exhausted, or the epoch ends, so a mark made after
+  ``optimizer.step()`` lands on its step. Step indexes count the whole run.
+- An **epoch** begins with the first fetch of a new training-loader iterator
+  and ends when the next one begins (its loader was exhausted or abandoned),
+  so validation and marks after the inner loop land inside it. Without a
+  DataLoader, an epoch is every ``epoch_steps`` optimizer steps, the first of
+  them in epoch 0.
+- **Yielding**: when an ``epoch`` (or ``batch``/``step``) span that these
+  rules did not open is open in the current context (``ci.epochs``,
+  ``ci.batches``, a higher-level framework), no epoch (or step) is opened
+  here; a loader driven by ``ci.batches`` never opens steps.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from . import recorder
+from .scopes import Scope, current_span_chain
+
+DEFAULT_EPOCH_STEPS = 1000
+
+
+class TrainingLoop:
+    def __init__(self, epoch_steps: int = DEFAULT_EPOCH_STEPS) -> None:
+        self.epoch_steps = epoch_steps
+        self.epoch: Scope | None = None
+        self.step: Scope | None = None
+        self.step_index = 0  # the next step's index (whole run)
+        self.stepped = False  # the open step has seen an optimizer step
+        self.steps_in_epoch = 0
+        self.loader_driven = False  # training fetches (not forwards) open steps
+        self._training_iterator: weakref.ref[Any] | None = None
+        self._lock = threading.RLock()
+
+    # -- ownership --------------------------------------------------------------
+    def _others_hold(self, *names: str) -> bool:
+        """An open span of one of ``names`` that this loop did not open."""
+        ours = {id(s.span) for s in (self.epoch, self.step) if s is not None and s.span}
+        return any(
+            getattr(span, "name", None) in names and id(span) not in ours
+            for span in current_span_chain()
+        )
+
+    # -- spans ------------------------------------------------------------------
+    def _open_epoch(self, start_ns: int | None = None) -> None:
+        self._close_epoch()
+        if self._others_hold("epoch"):
+            return
+        rec = recorder.current or recorder.active()
+        index = rec.extras.get("epochs_started", 0)
+        rec.extras["epochs_started"] = index + 1
+        self.epoch = Scope("epoch", {"index": index}, start_ns)
+        self.epoch.__enter__()
+        self.steps_in_epoch = 0
+
+    def _close_epoch(self) -> None:
+        self._close_step()
+        epoch, self.epoch = self.epoch, None
+        if epoch is not None:
+            epoch.__exit__(None, None, None)
+
+    def _open_step(self, start_ns: int | None = None) -> None:
+        self._close_step()
+        if self._others_hold("step", "batch"):
+            return
+        self.step = Scope("step", {"index": self.step_index}, start_ns)
+        self.step.__enter__()
+        self.step_index += 1
+        self.stepped = False
+
+    def _close_step(self) -> None:
+        step, self.step = self.step, None
+        if step is not None:
+            step.__exit__(None, None, None)
+
+    # -- moments reported by hooks -------------------------------------------------
+    def training_fetch(self, iterator: Any, started_ns: int, driven_by_batches: bool) -> None:
+        """A training loader's iterator returned a batch; its fetch began at ``started_ns``.
+
+        Told after the fetch (so the fetch that only finds the loader exhausted
+        opens nothing), the new step and epoch are backdated to the fetch start.
+        """
+        with self._lock:
+            previous = self._training_iterator() if self._training_iterator else None
+            if previous is not iterator:  # a new pass over the training data
+                self._training_iterator = weakref.ref(iterator)
+                self.loader_driven = True
+                self._open_epoch(started_ns)
+            elif self.epoch is None and not self._others_hold("epoch"):
+                self._open_epoch(started_ns)
+            if driven_by_batches:
+                return
+            if self.step is None or self.stepped:
+                self._open_step(started_ns)
+
+    def training_loader_exhausted(self, iterator: Any) -> None:
+        with self._lock:
+            self._close_step()
+            self._training_iterator = None  # a persistent-workers iterator may start over
+
+    def training_activity(self) -> None:
+        """A forward or backward in training mode (steps without a DataLoader)."""
+        if self.loader_driven:  # fetches open the steps
+            return
+        with self._lock:
+            if self.step is not None and not self.stepped:
+                return
+            if self.stepped and self.steps_in_epoch >= self.epoch_steps:
+                self._close_epoch()  # the fallback epoch boundary
+            if self.epoch is None and not self._others_hold("epoch"):
+                self._open_epoch()
+            self._open_step()
+
+    def optimizer_stepped(self) -> None:
+        with self._lock:
+            self.steps_in_epoch += 1
+            if self.step is None and not self.loader_driven:
+                # optimizer.step() with no forward seen (e.g. a closure-only loop)
+                if self.epoch is None and not self._others_hold("epoch"):
+                    self._open_epoch()
+            self.stepped = True
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_epoch()
+
+
+def loop() -> TrainingLoop:
+    """The training loop state of the current recorder (made on first use)."""
+    rec = recorder.current or recorder.active()
+    state = rec.extras.get("training_loop")
+    if state is None:
+        steps = rec.extras.get("epoch_steps", DEFAULT_EPOCH_STEPS)
+        state = rec.extras["training_loop"] = TrainingLoop(steps)
+    return state  # type: ignore[no-any-return]
