@@ -6,7 +6,7 @@ import argparse
 import os
 import platform
 
-from . import hot_path
+from . import hot_path, torch_steps
 
 
 def _us(nanoseconds: float) -> str:
@@ -23,6 +23,10 @@ def main() -> None:
         "median of interleaved rounds, empty-loop baseline subtracted"
     )
     rows = hot_path.run(quick=args.quick)
+    try:
+        rows += torch_steps.run(quick=args.quick)
+    except ImportError:
+        print("(torch is not installed: torch rows skipped)")
     header = f"{'operation':<22} {'cirron':>10}  {'baseline (same run)':<28} {'baseline':>10} {'ratio':>7}"
     print(header)
     print("-" * len(header))

@@ -44,11 +44,11 @@ _SITE = "torch hook"
 
 
 class _ThreadState(threading.local):
-    in_forward = False
     in_backward = False
 
 
 _state = _ThreadState()
+_inside_forward = [False]  # an outermost module call is running (any thread)
 _seen_models: weakref.WeakSet[Any] = weakref.WeakSet()
 _loader_kind: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _optimizer_scopes: dict[int, Any] = {}
@@ -59,13 +59,10 @@ def _torch() -> Any:
 
 
 # -- forward -----------------------------------------------------------------------
-def _is_loss(module: Any) -> bool:
-    return isinstance(module, _torch().nn.modules.loss._Loss)
-
-
 def _root_forward(module: Any, call: Any, args: Any, kwargs: Any) -> Any:
+    """The outermost module call: a ``forward`` span (or ``loss`` for a loss module)."""
     torch = _torch()
-    if _is_loss(module):
+    if isinstance(module, torch.nn.modules.loss._Loss):
         return traced_call(_SITE, "loss", {"module": type(module).__name__}, call, *args, **kwargs)
     training_mode = module.training
     try:
@@ -79,24 +76,31 @@ def _root_forward(module: Any, call: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _make_module_call(original: Any) -> Any:
-    # torch's Module.__call__ is _wrapped_call_impl; for submodules we do what it
-    # does ourselves instead of calling it, so a submodule pays one thread-local
-    # read and no extra Python frame, however many submodules the model has.
+    """Our ``nn.Module.__call__``: a span for the outermost call only.
+
+    Submodules take the first branch: it does what torch's own ``__call__``
+    (``_wrapped_call_impl``) does, in the same single Python frame, after one
+    read of a module-level flag, so a model of 400 modules pays ~400 flag
+    reads per forward and nothing else. The flag is process-wide, not per
+    thread: a module another thread calls while a forward runs is not a span
+    of its own.
+    """
     inline = getattr(original, "__name__", "") == "_wrapped_call_impl"
+    inside = _inside_forward
 
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _state.in_forward:  # a submodule, or code torch.compile traces
+        if inside[0]:
             if inline:
                 compiled = self._compiled_call_impl
                 if compiled is not None:
                     return compiled(*args, **kwargs)
                 return self._call_impl(*args, **kwargs)
             return original(self, *args, **kwargs)
-        _state.in_forward = True
+        inside[0] = True
         try:
-            return _root_forward(self, lambda *a, **k: original(self, *a, **k), args, kwargs)
+            return _root_forward(self, original, (self, *args), kwargs)
         finally:
-            _state.in_forward = False
+            inside[0] = False
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
     return __call__
@@ -232,7 +236,7 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         module_class = torch.nn.Module
-        self._patch(module_class, "__call__", _make_module_call(module_class.__call__))
+        self._patch(module_class, "__call__", _make_module_call(module_class.__dict__["__call__"]))
         self._patch(torch.Tensor, "backward", _make_backward(torch.Tensor.backward, "backward"))
         self._patch(torch.autograd, "backward", _make_backward(torch.autograd.backward, "backward"))
         self._patch(_BaseDataLoaderIter, "__next__", _make_next(_BaseDataLoaderIter.__next__))
