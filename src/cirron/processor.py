@@ -31,6 +31,7 @@ from .health import Health
 from .store import TraceStore
 
 _MAX_QUEUED_BATCHES = 64
+_MAX_DEFER_SECONDS = 10.0  # how long a span may wait for a deferred attribute
 _live_processors: weakref.WeakSet[RingBufferSpanProcessor] = weakref.WeakSet()
 
 
@@ -133,6 +134,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         self.capacity = capacity
         self._health = health
         self._ring: collections.deque[ReadableSpan] = collections.deque()
+        self._waiting: list[Any] = []  # drained, but waiting for a deferred attribute
         self._wake_at = max(1, capacity // 2)
         self._interval = flush_interval
         self._wakeup = threading.Event()
@@ -201,7 +203,7 @@ class RingBufferSpanProcessor(SpanProcessor):
             except Exception as error:  # noqa: BLE001 - the flush thread must not die
                 self._health.failed("flush thread", error, "export_errors")
 
-    def _drain(self, lock_timeout: float = -1) -> int:
+    def _drain(self, lock_timeout: float = -1, final: bool = False) -> int:
         if os.getpid() != self._pid:
             return 0
         # A signal handler's flush gives up on the lock after lock_timeout: the
@@ -209,12 +211,13 @@ class RingBufferSpanProcessor(SpanProcessor):
         locked = self._drain_lock.acquire(timeout=lock_timeout)
         try:
             ring = self._ring
-            batch = []
+            batch = self._waiting
             while ring:
                 try:
                     batch.append(ring.popleft())
                 except IndexError:
                     break
+            batch, self._waiting = self._ready(batch, final)
             if batch:
                 self._health.add("spans_exported", len(batch))
                 for sink in self.sinks:
@@ -224,9 +227,24 @@ class RingBufferSpanProcessor(SpanProcessor):
             if locked:
                 self._drain_lock.release()
 
+    def _ready(self, batch: list[Any], final: bool) -> tuple[list[Any], list[Any]]:
+        """Split off spans whose deferred attributes (GPU time) are not known yet."""
+        if not any(getattr(span, "_deferred", None) for span in batch):
+            return batch, []
+        give_up_before = time.time_ns() - int(_MAX_DEFER_SECONDS * 1e9)
+        ready, waiting = [], []
+        for span in batch:
+            if getattr(span, "_deferred", None) is None or span.resolve_deferred(
+                final or span.end_time < give_up_before
+            ):
+                ready.append(span)
+            else:
+                waiting.append(span)
+        return ready, waiting
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
-        self._drain()
+        self._drain(final=True)
         return all([sink.wait_idle(deadline) for sink in self.sinks])
 
     def shutdown(self, timeout: float = 3.0, interrupted: bool = False) -> None:
@@ -234,7 +252,7 @@ class RingBufferSpanProcessor(SpanProcessor):
             self._stopped = True
             return
         deadline = time.monotonic() + timeout
-        self._drain(lock_timeout=0.2 if interrupted else -1)
+        self._drain(lock_timeout=0.2 if interrupted else -1, final=True)
         self._stopped = True
         self._wakeup.set()
         for sink in self.sinks:
@@ -247,6 +265,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         # (or will be) exported by the parent.
         self._stopped = True
         self._ring = collections.deque()
+        self._waiting = []
         self._drain_lock = threading.RLock()
         self.sinks = []
 

@@ -125,6 +125,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     _links: tuple[Any, ...] = ()
     _events: Any = ()
     _instrumentation_info = None
+    _deferred: list[tuple[str, Any]] | None = None  # attributes known only later
 
     def __init__(
         self,
@@ -289,6 +290,33 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         if self.__dict__.setdefault("_end_time", stamp) is not stamp:
             return
         self._state.processor.on_end(self)
+
+    # -- attributes resolved after the span ended (GPU time) --------------------
+    def defer_attribute(self, key: str, resolve: Any) -> None:
+        """Set ``key`` later, to what ``resolve(final)`` returns once it is not None.
+
+        The processor asks before exporting the span (off the training thread)
+        and holds the span back a little while ``resolve(False)`` says None;
+        ``resolve(True)`` (at flush and shutdown) may wait for the answer.
+        """
+        if self._deferred is None:
+            self._deferred = []
+        self._deferred.append((key, resolve))
+
+    def resolve_deferred(self, final: bool = False) -> bool:
+        """Fill in what is ready; True when nothing is left (``final``: give up on the rest)."""
+        pending = []
+        for key, resolve in self._deferred or ():
+            try:
+                value = resolve(final)
+            except Exception:  # noqa: BLE001 - a resolver that fails just leaves no attribute
+                continue
+            if value is not None:
+                self._attributes[key] = value
+            elif not final:
+                pending.append((key, resolve))
+        self._deferred = pending or None
+        return not pending
 
     def __repr__(self) -> str:
         return f"ScopeSpan(name={self._name!r}, span_id={self._span_id:016x})"

@@ -59,6 +59,61 @@ def _torch() -> Any:
 
 
 # -- forward -----------------------------------------------------------------------
+def _cuda_in_use() -> bool:
+    cuda = _torch().cuda
+    return bool(cuda.is_initialized())
+
+
+def _gpu_timed(
+    site: str, name: str, attributes: dict[str, Any], function: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``traced_call``, plus ``gpu_ns`` from a CUDA event pair when CUDA is in use.
+
+    The events are recorded on the current stream and read by the flush
+    thread later (``Event.query()`` never waits), so the training stream is
+    never synchronised. On a CPU-only run there is no attribute at all.
+    """
+    if not _cuda_in_use():
+        return traced_call(site, name, attributes, function, *args, **kwargs)
+    from ..scopes import Scope
+
+    cuda = _torch().cuda
+    scope = Scope(name, attributes)
+    try:
+        scope.__enter__()
+        start = cuda.Event(enable_timing=True)
+        start.record()
+    except Exception as error:  # noqa: BLE001 - the guard
+        recorder.current_health().failed(site, error)
+        return function(*args, **kwargs)
+    try:
+        result = function(*args, **kwargs)
+    except BaseException as raised:
+        call_guarded(site, scope.__exit__, type(raised), raised, raised.__traceback__)
+        raise
+    call_guarded(site, _finish_gpu_timing, scope, start)
+    return result
+
+
+def _finish_gpu_timing(scope: Any, start: Any) -> None:
+    end = _torch().cuda.Event(enable_timing=True)
+    end.record()
+    span = scope.span
+    scope.__exit__(None, None, None)
+    defer = getattr(span, "defer_attribute", None)
+    if defer is not None:
+        defer("gpu_ns", lambda final: _elapsed_ns(start, end, final))
+
+
+def _elapsed_ns(start: Any, end: Any, final: bool) -> int | None:
+    """GPU time between two recorded events; None while the GPU hasn't got there."""
+    if not end.query():
+        if not final:
+            return None
+        end.synchronize()  # flush or shutdown: worth waiting for, once
+    return int(start.elapsed_time(end) * 1e6)
+
+
 def _root_forward(module: Any, call: Any, args: Any, kwargs: Any) -> Any:
     """The outermost module call: a ``forward`` span (or ``loss`` for a loss module)."""
     torch = _torch()
@@ -72,7 +127,7 @@ def _root_forward(module: Any, call: Any, args: Any, kwargs: Any) -> Any:
     except Exception as error:  # noqa: BLE001 - the guard
         recorder.current_health().failed(_SITE, error)
     attributes = {"mode": "train" if training_mode else "eval", "module": type(module).__name__}
-    return traced_call(_SITE, "forward", attributes, call, *args, **kwargs)
+    return _gpu_timed(_SITE, "forward", attributes, call, *args, **kwargs)
 
 
 def _make_module_call(original: Any) -> Any:
@@ -114,7 +169,7 @@ def _make_backward(original: Any, name: str) -> Any:
         _state.in_backward = True
         try:
             call_guarded(_SITE, lambda: training.loop().training_activity())
-            return traced_call(_SITE, "backward", {}, original, *args, **kwargs)
+            return _gpu_timed(_SITE, "backward", {}, original, *args, **kwargs)
         finally:
             _state.in_backward = False
 
@@ -129,17 +184,24 @@ def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 
     stale = _optimizer_scopes.pop(id(optimizer), None)
     if stale is not None:  # the previous step() raised before its post hook
-        stale.__exit__(RuntimeError, RuntimeError("optimizer.step() raised"), None)
+        stale[0].__exit__(RuntimeError, RuntimeError("optimizer.step() raised"), None)
     training.loop().training_activity()
     scope = Scope("optimizer_step", {"optimizer": type(optimizer).__name__})
     scope.__enter__()
-    _optimizer_scopes[id(optimizer)] = scope
+    start = None
+    if _cuda_in_use():
+        start = _torch().cuda.Event(enable_timing=True)
+        start.record()
+    _optimizer_scopes[id(optimizer)] = (scope, start)
 
 
 def _after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    scope = _optimizer_scopes.pop(id(optimizer), None)
+    scope, start = _optimizer_scopes.pop(id(optimizer), (None, None))
     if scope is not None:
-        scope.__exit__(None, None, None)
+        if start is not None:
+            _finish_gpu_timing(scope, start)
+        else:
+            scope.__exit__(None, None, None)
     training.loop().optimizer_stepped()
 
 
