@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--output", default="spool", help="spool, log, stdout or none")
     args = parser.parse_args()
 
-    ci.profile(output=args.output)
+    ci.profile(output=args.output)  # the one line
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -39,21 +39,21 @@ def main() -> None:
     train = DataLoader(make_data(), batch_size=args.batch_size, shuffle=True)
     validation = DataLoader(make_data(64), batch_size=args.batch_size)
 
-    for _epoch in ci.epochs(range(args.epochs)):
+    # A plain PyTorch loop: the hooks find epochs, steps, forward, backward, ...
+    for _epoch in range(args.epochs):
         model.train()
-        for inputs, labels in ci.batches(train):
+        for inputs, labels in train:
             optimizer.zero_grad()
             loss = loss_fn(model(inputs), labels)
             loss.backward()
             optimizer.step()
-            ci.mark("loss", loss.item())
+            ci.mark("loss", loss.item())  # lands on this step
+        model.eval()
         with ci.scope("validate"), torch.no_grad():
-            model.eval()
             correct = sum(
-                (model(inputs).argmax(dim=1) == labels).sum().item()
-                for inputs, labels in validation
+                (model(inputs).argmax(dim=1) == labels).sum().item() for inputs, labels in validation
             )
-        ci.mark("val_accuracy", correct / 64, kind="summary")
+        ci.mark("val_accuracy", correct / 64, kind="summary")  # lands on the epoch
 
     ci.flush()
     print(ci.trace())
