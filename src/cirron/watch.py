@@ -29,8 +29,11 @@ def _is_keras_model(model: Any) -> bool:
 def unwrap(model: Any) -> Any:
     """The model inside DDP / DataParallel / torch.compile wrappers."""
     while True:
-        inner = getattr(model, "_orig_mod", None)  # torch.compile
-        if inner is None and type(model).__name__ in ("DistributedDataParallel", "DataParallel"):
+        name = type(model).__name__
+        inner = None
+        if name == "OptimizedModule":  # torch.compile
+            inner = getattr(model, "_orig_mod", None)
+        elif name in ("DistributedDataParallel", "DataParallel"):
             inner = getattr(model, "module", None)
         if inner is None:
             return model

@@ -39,6 +39,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from .. import loops, recorder, training
 from ..guard import call_guarded, traced_call
+from ..watch import unwrap
 
 _SITE = "torch hook"
 
@@ -126,7 +127,9 @@ def _root_forward(module: Any, call: Any, args: Any, kwargs: Any) -> Any:
             training.loop().training_activity()
     except Exception as error:  # noqa: BLE001 - the guard
         recorder.current_health().failed(_SITE, error)
-    attributes = {"mode": "train" if training_mode else "eval", "module": type(module).__name__}
+    # A DDP / DataParallel / torch.compile wrapper is named for the model inside.
+    model_class = type(unwrap(module)).__name__
+    attributes = {"mode": "train" if training_mode else "eval", "module": model_class}
     return _gpu_timed(_SITE, "forward", attributes, call, *args, **kwargs)
 
 
