@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import recorder
+from .scopes import Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,8 +57,6 @@ def traced_call(
     call runs (or its result is returned) as if cirron were not there. The
     call's own exceptions propagate unchanged, recorded on the scope.
     """
-    from .scopes import Scope
-
     scope: Scope | None = Scope(name, attributes)
     try:
         scope.__enter__()  # type: ignore[union-attr]

@@ -133,6 +133,8 @@ class RingBufferSpanProcessor(SpanProcessor):
         self.sinks = list(sinks)
         self.capacity = capacity
         self._health = health
+        self._started = health._started
+        self._ended = health._ended
         self._ring: collections.deque[ReadableSpan] = collections.deque()
         self._waiting: list[Any] = []  # drained, but waiting for a deferred attribute
         self._wake_at = max(1, capacity // 2)
@@ -151,15 +153,21 @@ class RingBufferSpanProcessor(SpanProcessor):
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         if self._stopped:
             return
-        self._health.span_started()
+        next(self._started)  # health: spans_started
         self.store.started(span)
 
     def on_end(self, span: ReadableSpan) -> None:
         if self._stopped:
             return
-        self._health.span_ended()
+        next(self._ended)  # health: spans_ended
         if self.sinks:
-            self._enqueue(span)
+            ring = self._ring
+            if len(ring) < self.capacity:
+                ring.append(span)
+                if len(ring) >= self._wake_at:
+                    self._wakeup.set()
+            else:
+                self._enqueue(span)  # full: drop and count
         # Last: while a span is still among the store's open spans, the signal
         # path knows it may not have reached the ring yet (see on_end_interrupted).
         self.store.ended(span)

@@ -82,21 +82,20 @@ class TracerState:
             if hasattr(tracer, "instrumentation_scope")
             else tracer._instrumentation_scope
         )
-        self.processor: Any = provider._active_span_processor
+        # The provider's multi-processor: its tuple of processors is read on
+        # every span (it is replaced, never mutated, when one is added).
+        self.processors: Any = provider._active_span_processor
         self.max_events = max_events
         self.max_value_length = max_value_length
         generator = provider.id_generator
         self.new_trace_id = generator.generate_trace_id
-        self._span_id = (
-            (lambda: _random_bits(64))
-            if type(generator) is RandomIdGenerator
-            else generator.generate_span_id
-        )
+        self.random_ids = type(generator) is RandomIdGenerator
+        self._generate_span_id = generator.generate_span_id
 
     def new_span_id(self) -> int:
-        span_id = self._span_id()
-        while span_id == 0:  # the invalid id; astronomically rare with random bits
-            span_id = self._span_id()
+        span_id = self._generate_span_id()
+        while span_id == 0:  # the invalid id
+            span_id = self._generate_span_id()
         return span_id
 
 
@@ -139,14 +138,18 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     ) -> None:
         self._name = name
         self._trace_id = trace_id
-        self._span_id = state.new_span_id()
+        # Inline for the default generator (0 is invalid; a 1 in 2**64 redraw).
+        self._span_id = (
+            (_random_bits(64) or state.new_span_id()) if state.random_ids else state.new_span_id()
+        )
         self._parent_span = parent  # a span, or None for a root
         self._attributes = attributes
         self._status = _UNSET
         self._state = state
         self._dropped_events = 0
         self._start_time = start_time if start_time is not None else _time_ns()
-        state.processor.on_start(self, parent_context=parent_context)
+        for processor in state.processors._span_processors:
+            processor.on_start(self, parent_context)
 
     # -- lazily built, cached on first use -------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -289,7 +292,8 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         stamp = end_time if end_time is not None else _time_ns()
         if self.__dict__.setdefault("_end_time", stamp) is not stamp:
             return
-        self._state.processor.on_end(self)
+        for processor in self._state.processors._span_processors:
+            processor.on_end(self)
 
     # -- attributes resolved after the span ended (GPU time) --------------------
     def defer_attribute(self, key: str, resolve: Any) -> None:

@@ -39,6 +39,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from .. import loops, recorder, training
 from ..guard import call_guarded, traced_call
+from ..scopes import Scope
 from ..watch import unwrap
 
 _SITE = "torch hook"
@@ -50,7 +51,9 @@ class _ThreadState(threading.local):
 
 _state = _ThreadState()
 _inside_forward = [False]  # an outermost module call is running (any thread)
-_seen_models: weakref.WeakSet[Any] = weakref.WeakSet()
+# Outermost modules seen so far (id -> weak reference): tells training loaders
+# from validation ones. A dict, so the hot path only looks an int up.
+_seen_models: dict[int, weakref.ref[Any]] = {}
 _loader_kind: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _optimizer_scopes: dict[int, Any] = {}
 
@@ -60,6 +63,16 @@ def _torch() -> Any:
 
 
 # -- forward -----------------------------------------------------------------------
+def _remember(module: Any) -> None:
+    key = id(module)
+    _seen_models[key] = weakref.ref(module, lambda _ref: _seen_models.pop(key, None))
+
+
+def _any_seen_model_training() -> bool:
+    models = [reference() for reference in list(_seen_models.values())]
+    return any(model.training for model in models if model is not None)
+
+
 def _cuda_in_use() -> bool:
     cuda = _torch().cuda
     return bool(cuda.is_initialized())
@@ -76,8 +89,6 @@ def _gpu_timed(
     """
     if not _cuda_in_use():
         return traced_call(site, name, attributes, function, *args, **kwargs)
-    from ..scopes import Scope
-
     cuda = _torch().cuda
     scope = Scope(name, attributes)
     try:
@@ -122,7 +133,8 @@ def _root_forward(module: Any, call: Any, args: Any, kwargs: Any) -> Any:
         return traced_call(_SITE, "loss", {"module": type(module).__name__}, call, *args, **kwargs)
     training_mode = module.training
     try:
-        _seen_models.add(module)
+        if id(module) not in _seen_models:
+            _remember(module)
         if training_mode and torch.is_grad_enabled():
             training.loop().training_activity()
     except Exception as error:  # noqa: BLE001 - the guard
@@ -171,7 +183,10 @@ def _make_backward(original: Any, name: str) -> Any:
             return original(*args, **kwargs)
         _state.in_backward = True
         try:
-            call_guarded(_SITE, lambda: training.loop().training_activity())
+            try:
+                training.loop().training_activity()
+            except Exception as error:  # noqa: BLE001 - the guard
+                recorder.current_health().failed(_SITE, error)
             return _gpu_timed(_SITE, "backward", {}, original, *args, **kwargs)
         finally:
             _state.in_backward = False
@@ -183,8 +198,6 @@ def _make_backward(original: Any, name: str) -> Any:
 
 # -- optimizer ---------------------------------------------------------------------
 def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    from ..scopes import Scope
-
     stale = _optimizer_scopes.pop(id(optimizer), None)
     if stale is not None:  # the previous step() raised before its post hook
         stale[0].__exit__(RuntimeError, RuntimeError("optimizer.step() raised"), None)
@@ -214,9 +227,7 @@ def _classify(iterator: Any) -> str:
     if kind is None:
         if loops.driven_by_batches(iterator):
             kind = "batches"
-        elif _torch().is_grad_enabled() and (
-            not _seen_models or any(m.training for m in list(_seen_models))
-        ):
+        elif _torch().is_grad_enabled() and (not _seen_models or _any_seen_model_training()):
             kind = "training"
         else:
             kind = "eval"
@@ -226,8 +237,6 @@ def _classify(iterator: Any) -> str:
 
 def _record_data_load(started_ns: int) -> None:
     """A ``data_load`` span for a fetch that began at ``started_ns`` and just ended."""
-    from ..scopes import Scope
-
     scope = Scope("data_load", {}, started_ns)
     scope.__enter__()
     scope.__exit__(None, None, None)
