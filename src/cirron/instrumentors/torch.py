@@ -251,9 +251,11 @@ def _make_next(original: Any) -> Any:
         try:
             item = original(self)
         except StopIteration:
-            call_guarded(_SITE, _record_data_load, started)
+            # The last step ends where the loader runs dry; the fetch that only
+            # found it empty is a data_load of the epoch, not of that step.
             if kind == "training":
                 call_guarded(_SITE, training.loop().training_loader_exhausted, self)
+            call_guarded(_SITE, _record_data_load, started)
             _loader_kind.pop(self, None)  # a persistent-workers iterator starts over
             raise
         if kind == "training":
