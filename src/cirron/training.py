@@ -121,7 +121,7 @@ class TrainingLoop:
                 return
             if self.stepped and self.steps_in_epoch >= self.epoch_steps:
                 self._close_epoch()  # the fallback epoch boundary
-            if self.epoch is None and not self._others_hold("epoch"):
+            if self.epoch is None and not self._others_hold("epoch", "batch", "step"):
                 self._open_epoch()
             self._open_step()
 
@@ -130,7 +130,7 @@ class TrainingLoop:
             self.steps_in_epoch += 1
             if self.step is None and not self.loader_driven:
                 # optimizer.step() with no forward seen (e.g. a closure-only loop)
-                if self.epoch is None and not self._others_hold("epoch"):
+                if self.epoch is None and not self._others_hold("epoch", "batch", "step"):
                     self._open_epoch()
             self.stepped = True
 

@@ -176,6 +176,27 @@ def _make_module_call(original: Any) -> Any:
     return __call__
 
 
+_inside_train = [False]
+
+
+def _make_train(original: Any) -> Any:
+    """Our ``nn.Module.train``: ``model.eval()`` before the first forward tells us the mode."""
+
+    def train(self: Any, mode: bool = True) -> Any:
+        if _inside_train[0]:
+            return original(self, mode)
+        _inside_train[0] = True
+        try:
+            if id(self) not in _seen_models:
+                call_guarded(_SITE, _remember, self)
+            return original(self, mode)
+        finally:
+            _inside_train[0] = False
+
+    train.__wrapped__ = original  # type: ignore[attr-defined]
+    return train
+
+
 # -- backward ----------------------------------------------------------------------
 def _make_backward(original: Any, name: str) -> Any:
     def backward(*args: Any, **kwargs: Any) -> Any:
@@ -223,14 +244,15 @@ def _after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 
 # -- data loading ------------------------------------------------------------------
 def _classify(iterator: Any) -> str:
+    """``training``, ``eval``, or either with ``+batches`` when ``ci.batches`` drives it."""
     kind = _loader_kind.get(iterator)
     if kind is None:
+        training_loader = _torch().is_grad_enabled() and (
+            not _seen_models or _any_seen_model_training()
+        )
+        kind = "training" if training_loader else "eval"
         if loops.driven_by_batches(iterator):
-            kind = "batches"
-        elif _torch().is_grad_enabled() and (not _seen_models or _any_seen_model_training()):
-            kind = "training"
-        else:
-            kind = "eval"
+            kind += "+batches"
         _loader_kind[iterator] = kind
     return kind
 
@@ -242,25 +264,37 @@ def _record_data_load(started_ns: int) -> None:
     scope.__exit__(None, None, None)
 
 
+def _training_fetch(iterator: Any, started: int, driven_by_batches: bool) -> None:
+    training.loop().training_fetch(iterator, started, driven_by_batches)
+
+
+def _training_exhausted(iterator: Any) -> None:
+    training.loop().training_loader_exhausted(iterator)
+
+
 def _make_next(original: Any) -> Any:
     def __next__(self: Any) -> Any:
         kind = call_guarded(_SITE, _classify, self) or "eval"
-        if kind == "batches":  # ci.batches records the wait as data_load_ns
-            return original(self)
+        training_loader = kind.startswith("training")
+        # Under ci.batches the batch spans are the steps and carry the wait as
+        # data_load_ns: only the epoch boundaries are ours to find.
+        driven = kind.endswith("+batches")
         started = time.time_ns()
         try:
             item = original(self)
         except StopIteration:
             # The last step ends where the loader runs dry; the fetch that only
             # found it empty is a data_load of the epoch, not of that step.
-            if kind == "training":
-                call_guarded(_SITE, training.loop().training_loader_exhausted, self)
-            call_guarded(_SITE, _record_data_load, started)
+            if training_loader:
+                call_guarded(_SITE, _training_exhausted, self)
+            if not driven:
+                call_guarded(_SITE, _record_data_load, started)
             _loader_kind.pop(self, None)  # a persistent-workers iterator starts over
             raise
-        if kind == "training":
-            call_guarded(_SITE, training.loop().training_fetch, self, started, False)
-        call_guarded(_SITE, _record_data_load, started)
+        if training_loader:
+            call_guarded(_SITE, _training_fetch, self, started, driven)
+        if not driven:
+            call_guarded(_SITE, _record_data_load, started)
         return item
 
     __next__.__wrapped__ = original  # type: ignore[attr-defined]
@@ -274,6 +308,7 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # call, so the patch list lives on the class, not in __init__.
     _patches: list[tuple[Any, str, Any]] = []
     _handles: list[Any] = []
+    _waiting_for_import = False
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("torch >= 2.1",)
@@ -287,7 +322,13 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         else:  # attach the moment the script imports torch, never import it ourselves
             import wrapt
 
-            wrapt.register_post_import_hook(lambda _module: self._attach(), "torch")
+            TorchInstrumentor._waiting_for_import = True
+            wrapt.register_post_import_hook(self._attach_on_import, "torch")
+
+    def _attach_on_import(self, _module: Any) -> None:
+        if TorchInstrumentor._waiting_for_import:  # not uninstrumented meanwhile
+            TorchInstrumentor._waiting_for_import = False
+            self._attach()
 
     def _patch(self, owner: Any, attribute: str, replacement: Any) -> None:
         original = owner.__dict__[attribute]
@@ -313,6 +354,7 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
         module_class = torch.nn.Module
         self._patch(module_class, "__call__", _make_module_call(module_class.__dict__["__call__"]))
+        self._patch(module_class, "train", _make_train(module_class.__dict__["train"]))
         self._patch(torch.Tensor, "backward", _make_backward(torch.Tensor.backward, "backward"))
         self._patch(torch.autograd, "backward", _make_backward(torch.autograd.backward, "backward"))
         self._patch(_BaseDataLoaderIter, "__next__", _make_next(_BaseDataLoaderIter.__next__))
@@ -328,6 +370,11 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         )
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        TorchInstrumentor._waiting_for_import = False
+        rec = recorder.current
+        state = rec.extras.get("training_loop") if rec is not None else None
+        if state is not None:  # no hook will see another boundary: end the open epoch
+            call_guarded(_SITE, state.close)
         for owner, attribute, original in reversed(self._patches):
             setattr(owner, attribute, original)
         self._patches.clear()

@@ -1,0 +1,794 @@
+"""The PyTorch instrumentor on real (tiny, CPU) training loops.
+
+Each test reads like a user's script: ``ci.profile(...)``, then an ordinary
+torch loop, then the spans read back with ``ci.trace(format="dict")``. The
+rules checked are those of the PyTorch issue and of "Details that are easy to
+get wrong" in the OTel mapping: one ``step`` per optimizer step (indexes over
+the whole run), epochs from the training loader, validation inside the epoch,
+``ci.epochs``/``ci.batches`` taking precedence, every hook guarded,
+``uninstrument()`` leaving torch as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import time
+from collections import Counter
+
+import pytest
+
+import cirron as ci
+from support import run_python
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
+
+import cirron.training  # noqa: E402
+from cirron.instrumentors.torch import TorchInstrumentor  # noqa: E402
+from cirron.watch import watched_models  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# -- a tiny model, tiny data -------------------------------------------------------
+def make_data(samples: int, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(samples, 4, generator=generator)
+    y = torch.randint(0, 2, (samples,), generator=generator)
+    return TensorDataset(x, y)
+
+
+def make_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def profile(**kwargs):
+    return ci.profile(output="none", frameworks=["torch"], **kwargs)
+
+
+# -- reading the tree back ---------------------------------------------------------
+def walk(node):
+    yield node
+    for child in node["children"]:
+        yield from walk(child)
+
+
+def named(node, name):
+    """Every span called ``name`` at or below ``node``."""
+    return [n for n in walk(node) if n["name"] == name]
+
+
+def kids(node, name):
+    return [c for c in node["children"] if c["name"] == name]
+
+
+def child_names(node):
+    return Counter(c["name"] for c in node["children"])
+
+
+def ancestors(node, by_id):
+    parent = by_id.get(node["parent_id"])
+    while parent is not None:
+        yield parent
+        parent = by_id.get(parent["parent_id"])
+
+
+def session_tree():
+    ci.shutdown()  # ends the last epoch; ci.trace() still reads the finished run
+    return ci.trace(format="dict")
+
+
+def train_step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+# -- 1. the plain loop ---------------------------------------------------------------
+def test_plain_dataloader_loop_gives_two_epochs_of_five_steps():
+    profile()
+    model = make_model()
+    loader = DataLoader(make_data(20), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    losses = []
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            ci.mark("loss", loss.item())
+            losses.append(loss.item())
+        ci.mark("epoch_done", epoch)
+
+    session = session_tree()
+    assert session["name"] == "cirron.session"
+    epochs = kids(session, "epoch")
+    assert [e["index"] for e in epochs] == [0, 1]
+    assert len(named(session, "epoch")) == 2
+    steps = [step for epoch in epochs for step in kids(epoch, "step")]
+    assert [s["index"] for s in steps] == list(range(10))  # counted over the run
+    assert [len(kids(e, "step")) for e in epochs] == [5, 5]
+    assert len(named(session, "step")) == 10
+    for epoch in epochs:
+        assert epoch["parent_id"] == session["span_id"]
+        assert [m["name"] for m in epoch["marks"]] == ["epoch_done"]  # after the inner loop
+        assert epoch["marks"][0]["value"] == epoch["index"]
+    for step, loss in zip(steps, losses, strict=True):
+        names = child_names(step)
+        assert names["forward"] == 1
+        assert names["backward"] == 1
+        assert names["optimizer_step"] == 1
+        assert names["data_load"] == 1  # the fetch that found the loader empty is not here
+        assert names["loss"] == 1  # the loss module is not a second forward
+        (forward,) = kids(step, "forward")
+        assert forward["attributes"]["mode"] == "train"
+        assert forward["attributes"]["module"] == "Sequential"
+        (loss_span,) = kids(step, "loss")
+        assert loss_span["attributes"]["module"] == "CrossEntropyLoss"
+        assert [(m["name"], m["value"]) for m in step["marks"]] == [("loss", loss)]
+    assert len(named(session, "forward")) == 10  # submodules are not spans
+
+
+# -- 2. validation inside the epoch ----------------------------------------------------
+@pytest.mark.parametrize("no_grad", [True, False], ids=["eval+no_grad", "eval-only"])
+def test_validation_inside_each_epoch_opens_no_epoch_and_no_step(no_grad):
+    profile()
+    model = make_model()
+    train_loader = DataLoader(make_data(20), batch_size=4)
+    val_loader = DataLoader(make_data(20, seed=1), batch_size=10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for _epoch in range(2):
+        model.train()
+        for x, y in train_loader:
+            train_step(model, optimizer, loss_fn, x, y)
+        model.eval()
+        with torch.no_grad() if no_grad else contextlib.nullcontext():
+            for x, y in val_loader:
+                ci.mark("val_loss", loss_fn(model(x), y).item())
+
+    session = session_tree()
+    epochs = kids(session, "epoch")
+    assert [e["index"] for e in epochs] == [0, 1]
+    assert len(named(session, "epoch")) == 2
+    assert [s["index"] for e in epochs for s in kids(e, "step")] == list(range(10))
+    assert len(named(session, "step")) == 10
+    for epoch in epochs:
+        evals = kids(epoch, "forward")  # directly in the epoch: outside every step
+        assert len(evals) == 2
+        assert all(f["attributes"]["mode"] == "eval" for f in evals)
+        for step in kids(epoch, "step"):
+            assert [f["attributes"]["mode"] for f in kids(step, "forward")] == ["train"]
+        # the validation forwards come after the last step, inside the epoch
+        last_step = kids(epoch, "step")[-1]
+        assert all(f["start_ns"] >= last_step["end_ns"] for f in evals)
+        assert all(f["end_ns"] <= epoch["end_ns"] for f in evals)
+        assert [m["name"] for m in epoch["marks"]] == ["val_loss", "val_loss"]
+    modes = Counter(f["attributes"]["mode"] for f in named(session, "forward"))
+    assert modes == {"train": 10, "eval": 4}
+
+
+def test_validation_before_training_under_eval_opens_no_epoch():
+    profile()
+    model = make_model()
+    train_loader = DataLoader(make_data(20), batch_size=4)
+    val_loader = DataLoader(make_data(20, seed=1), batch_size=10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    model.eval()  # a sanity check before training, as many scripts do
+    for x, _y in val_loader:
+        model(x)
+    model.train()
+    for _epoch in range(2):
+        for x, y in train_loader:
+            train_step(model, optimizer, loss_fn, x, y)
+
+    session = session_tree()
+    assert [e["index"] for e in named(session, "epoch")] == [0, 1]
+    assert [s["index"] for s in named(session, "step")] == list(range(10))
+    assert all(
+        f["attributes"]["mode"] == "train"
+        for s in named(session, "step")
+        for f in kids(s, "forward")
+    )
+
+
+# -- 3. gradient accumulation ----------------------------------------------------------
+def test_gradient_accumulation_gives_one_step_per_optimizer_step():
+    profile()
+    model = make_model()
+    loader = DataLoader(make_data(32), batch_size=4)  # 8 batches per epoch
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for _epoch in range(2):
+        for i, (x, y) in enumerate(loader):
+            loss = loss_fn(model(x), y) / 4
+            loss.backward()
+            if (i + 1) % 4 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+
+    session = session_tree()
+    epochs = kids(session, "epoch")
+    assert [len(kids(e, "step")) for e in epochs] == [2, 2]
+    steps = named(session, "step")
+    assert [s["index"] for s in steps] == [0, 1, 2, 3]
+    for step in steps:
+        names = child_names(step)
+        assert (names["forward"], names["backward"], names["optimizer_step"]) == (4, 4, 1)
+        assert names["data_load"] == 4
+        # the optimizer step closes the step's work
+        (optimizer_step,) = kids(step, "optimizer_step")
+        assert all(b["end_ns"] <= optimizer_step["start_ns"] for b in kids(step, "backward"))
+
+
+# -- 4. no DataLoader ------------------------------------------------------------------
+def test_manual_batches_fall_back_to_epochs_of_n_optimizer_steps():
+    profile(config={"epoch_steps": 3})
+    model = make_model()
+    data = make_data(28)
+    x_all, y_all = data.tensors
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for i in range(7):  # batches sliced by hand
+        x, y = x_all[i * 4 : (i + 1) * 4], y_all[i * 4 : (i + 1) * 4]
+        train_step(model, optimizer, loss_fn, x, y)
+        ci.mark("loss", 0.0)
+
+    session = session_tree()
+    epochs = kids(session, "epoch")
+    assert [e["index"] for e in epochs] == [0, 1, 2]
+    assert [[s["index"] for s in kids(e, "step")] for e in epochs] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert len(named(session, "step")) == 7
+    for step in named(session, "step"):
+        names = child_names(step)
+        assert (names["forward"], names["backward"], names["optimizer_step"]) == (1, 1, 1)
+        assert names["data_load"] == 0
+        assert [m["name"] for m in step["marks"]] == ["loss"]
+
+
+def test_manual_batches_from_a_list_step_on_autograd_backward():
+    profile(config={"epoch_steps": 2})
+    model = make_model()
+    x_all, y_all = make_data(16).tensors
+    batches = [(x_all[i : i + 4], y_all[i : i + 4]) for i in range(0, 16, 4)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for x, y in batches:
+        optimizer.zero_grad()
+        torch.autograd.backward(loss_fn(model(x), y))
+        optimizer.step()
+
+    session = session_tree()
+    epochs = kids(session, "epoch")
+    assert [[s["index"] for s in kids(e, "step")] for e in epochs] == [[0, 1], [2, 3]]
+    for step in named(session, "step"):
+        assert child_names(step)["backward"] == 1
+
+
+# -- 5. ci.epochs / ci.batches with the hooks on -----------------------------------------
+def test_ci_epochs_and_ci_batches_own_the_epochs_and_batches():
+    profile()
+    model = make_model()
+    loader = DataLoader(make_data(20), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for _epoch in ci.epochs(range(2)):
+        for x, y in ci.batches(loader):
+            ci.mark("loss", train_step(model, optimizer, loss_fn, x, y))
+
+    session = session_tree()
+    assert len(named(session, "epoch")) == 2
+    assert named(session, "step") == []  # ci.batches owns the step level
+    epochs = kids(session, "epoch")
+    assert [e["index"] for e in epochs] == [0, 1]
+    for epoch in epochs:
+        assert child_names(epoch) == {"batch": 5}
+        for batch in kids(epoch, "batch"):
+            names = child_names(batch)
+            assert (names["forward"], names["backward"], names["optimizer_step"]) == (1, 1, 1)
+            assert not any(n["name"] in ("epoch", "step", "batch") for n in list(walk(batch))[1:])
+            assert [m["name"] for m in batch["marks"]] == ["loss"]
+    assert [b["index"] for e in epochs for b in kids(e, "batch")] == [0, 1, 2, 3, 4] * 2
+
+
+def test_ci_epochs_around_a_plain_loader_loop_gives_one_epoch_each():
+    profile()
+    model = make_model()
+    loader = DataLoader(make_data(20), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in ci.epochs(range(2)):
+        for x, y in loader:
+            train_step(model, optimizer, loss_fn, x, y)
+        ci.mark("epoch_done", epoch)
+
+    session = session_tree()
+    epochs = named(session, "epoch")
+    assert [e["index"] for e in epochs] == [0, 1]
+    assert all(e["parent_id"] == session["span_id"] for e in epochs)
+    assert [[s["index"] for s in kids(e, "step")] for e in epochs] == [
+        [0, 1, 2, 3, 4],
+        [5, 6, 7, 8, 9],
+    ]
+    assert [[m["name"] for m in e["marks"]] for e in epochs] == [["epoch_done"]] * 2
+
+
+@pytest.mark.parametrize("source", ["dataloader", "list"])
+def test_ci_batches_without_ci_epochs_never_nests_an_epoch_in_a_batch(source):
+    profile()
+    model = make_model()
+    dataset = make_data(12)
+    if source == "dataloader":
+        data = DataLoader(dataset, batch_size=4)
+    else:
+        x_all, y_all = dataset.tensors
+        data = [(x_all[i : i + 4], y_all[i : i + 4]) for i in range(0, 12, 4)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for _epoch in range(2):
+        for x, y in ci.batches(data):
+            train_step(model, optimizer, loss_fn, x, y)
+
+    session = session_tree()
+    by_id = {n["span_id"]: n for n in walk(session)}
+    batches = named(session, "batch")
+    assert len(batches) == 6
+    for batch in batches:
+        assert child_names(batch)["forward"] == 1  # the work sits directly in the batch
+    for epoch in named(session, "epoch"):
+        assert "batch" not in [a["name"] for a in ancestors(epoch, by_id)]
+
+
+# -- 6. DataLoader workers -----------------------------------------------------------
+WORKERS_SCRIPT = """
+    import json, os, sys
+    import cirron as ci
+    ci.profile(output="spool", path=sys.argv[1] if len(sys.argv) > 1 else "out",
+               frameworks=["torch"])
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(20, 4), torch.randint(0, 2, (20,)))
+    loader = DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context="fork")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            ci.mark("loss", loss.item())
+    hook_errors = ci.health()["hook_errors"]
+    ci.shutdown()
+    session = ci.trace(format="dict")
+    epochs = [c for c in session["children"] if c["name"] == "epoch"]
+    steps = [[c for c in e["children"] if c["name"] == "step"] for e in epochs]
+    kinds = [sorted(c["name"] for c in s["children"]) for e in steps for s in e]
+    spool = sorted(os.listdir(os.path.join("out", "spool")))
+    print("RESULT " + json.dumps({
+        "pid": os.getpid(), "epochs": [e["index"] for e in epochs],
+        "steps": [[s["index"] for s in e] for e in steps], "kinds": kinds,
+        "marks": [[m["name"] for m in s["marks"]] for e in steps for s in e],
+        "hook_errors": hook_errors, "spool": spool,
+    }))
+"""
+
+
+def result_of(completed):
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return json.loads(lines[0].removeprefix("RESULT "))
+
+
+@pytest.mark.slow
+def test_dataloader_with_two_forked_workers_keeps_the_parents_spans(tmp_path):
+    result = result_of(run_python(WORKERS_SCRIPT, cwd=tmp_path, timeout=120))
+    assert result["epochs"] == [0, 1]
+    assert result["steps"] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    for names in result["kinds"]:
+        assert Counter(n for n in names if n != "data_load") == {
+            "forward": 1,
+            "loss": 1,
+            "backward": 1,
+            "optimizer_step": 1,
+        }
+        assert "data_load" in names
+    assert result["marks"] == [["loss"]] * 10
+    assert result["hook_errors"] == 0
+    # the workers wrote nothing: every spool file is the parent's
+    assert result["spool"]
+    assert all(name.startswith(f"{result['pid']}-") for name in result["spool"])
+
+
+# -- 7. an input stall ---------------------------------------------------------------
+class SlowDataset(Dataset):
+    def __init__(self, samples: int) -> None:
+        self.data = make_data(samples)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index):
+        time.sleep(0.03)
+        return self.data[index]
+
+
+def test_a_slow_dataset_shows_in_data_load_inside_the_step():
+    profile()
+    model = make_model()
+    loader = DataLoader(SlowDataset(6), batch_size=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for x, y in loader:
+        train_step(model, optimizer, loss_fn, x, y)
+
+    session = session_tree()
+    steps = named(session, "step")
+    assert len(steps) == 3
+    for step in steps:
+        (fetch,) = kids(step, "data_load")  # this step's batch: two samples, 30 ms each
+        assert fetch["duration_ns"] >= 50_000_000
+        assert step["start_ns"] <= fetch["start_ns"]
+        assert fetch["end_ns"] <= step["end_ns"]
+        (forward,) = kids(step, "forward")
+        assert fetch["end_ns"] <= forward["start_ns"]
+
+
+# -- 8. torch.compile ---------------------------------------------------------------------
+def test_a_compiled_model_trains_with_one_forward_span_per_call():
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("torch.compile (inductor) needs a C compiler; none on this machine")
+    profile()
+    model = make_model()
+    compiled = torch.compile(model)
+    loader = DataLoader(make_data(12), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    try:
+        losses = [
+            train_step(compiled, optimizer, loss_fn, x, y) for _epoch in range(2) for x, y in loader
+        ]
+        eager = make_model()
+        eager.load_state_dict(model.state_dict())
+        x, _ = make_data(4, seed=3).tensors
+        with torch.no_grad():
+            assert torch.allclose(compiled(x), eager(x), atol=1e-5)
+    finally:
+        torch._dynamo.reset()
+
+    assert len(losses) == 6
+    assert all(loss == loss for loss in losses)  # finite, trained
+    session = session_tree()
+    steps = named(session, "step")
+    assert [s["index"] for s in steps] == list(range(6))
+    for step in steps:
+        (forward,) = kids(step, "forward")
+        assert forward["attributes"] == {"mode": "train", "module": "Sequential"}
+        assert child_names(step)["backward"] == 1
+    assert len(named(session, "forward")) == 6 + 2  # the training calls, the two checks
+
+
+def test_a_data_parallel_model_is_traced_like_the_plain_model():
+    profile()
+    model = make_model()
+    wrapped = nn.DataParallel(model)  # CPU only: calls the module directly
+    loader = DataLoader(make_data(8), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for x, y in loader:
+        train_step(wrapped, optimizer, loss_fn, x, y)
+
+    session = session_tree()
+    forwards = named(session, "forward")
+    assert len(forwards) == 2
+    assert all(f["attributes"]["module"] == "Sequential" for f in forwards)
+    assert len(named(session, "step")) == 2
+
+
+# -- 9. uninstrument ---------------------------------------------------------------------
+def torch_entry_points():
+    from torch.optim import optimizer as optim_module
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    return {
+        "Module.__call__": nn.Module.__dict__["__call__"],
+        "Tensor.backward": torch.Tensor.__dict__["backward"],
+        "autograd.backward": torch.autograd.backward,
+        "_BaseDataLoaderIter.__next__": _BaseDataLoaderIter.__dict__["__next__"],
+        "optimizer pre hooks": list(optim_module._global_optimizer_pre_hooks.values()),
+        "optimizer post hooks": list(optim_module._global_optimizer_post_hooks.values()),
+    }
+
+
+@pytest.mark.parametrize("how", ["uninstrument", "shutdown"])
+def test_uninstrument_leaves_torch_exactly_as_it_was(how):
+    before = torch_entry_points()
+    profile()
+    during = torch_entry_points()
+    assert all(during[key] is not before[key] for key in before if "hooks" not in key)
+    assert len(during["optimizer pre hooks"]) == len(before["optimizer pre hooks"]) + 1
+    model = make_model()
+    loader = DataLoader(make_data(8), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for x, y in loader:
+        train_step(model, optimizer, loss_fn, x, y)
+
+    if how == "uninstrument":
+        TorchInstrumentor().uninstrument()
+    else:
+        ci.shutdown()
+    after = torch_entry_points()
+    for key, original in before.items():
+        if "hooks" in key:
+            assert after[key] == original, key
+        else:
+            assert after[key] is original, key
+    recorded = len(list(walk(ci.trace(format="dict"))))
+    for x, y in loader:  # the same loop again records nothing
+        train_step(model, optimizer, loss_fn, x, y)
+    assert len(list(walk(ci.trace(format="dict")))) == recorded
+
+
+UNINSTRUMENT_BEFORE_IMPORT = """
+    import json, sys
+    from opentelemetry.sdk.trace import TracerProvider
+    from cirron.instrumentors.torch import TorchInstrumentor
+    instrumentor = TorchInstrumentor()
+    instrumentor.instrument(tracer_provider=TracerProvider())
+    instrumentor.uninstrument()
+    imported = "torch" in sys.modules
+    import torch
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+    patched = [
+        hasattr(torch.nn.Module.__call__, "__wrapped__"),
+        hasattr(torch.Tensor.backward, "__wrapped__"),
+        hasattr(torch.autograd.backward, "__wrapped__"),
+        hasattr(_BaseDataLoaderIter.__next__, "__wrapped__"),
+    ]
+    print("RESULT " + json.dumps({"imported": imported, "patched": patched}))
+"""
+
+
+@pytest.mark.slow
+def test_uninstrument_before_torch_is_imported_cancels_the_import_hook(tmp_path):
+    result = result_of(run_python(UNINSTRUMENT_BEFORE_IMPORT, cwd=tmp_path))
+    assert result["imported"] is False
+    assert result["patched"] == [False, False, False, False]
+
+
+# -- 10. a failing hook ----------------------------------------------------------------
+def seeded_losses():
+    model = make_model(seed=7)
+    loader = DataLoader(make_data(16, seed=7), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    return [train_step(model, optimizer, loss_fn, x, y) for _epoch in range(2) for x, y in loader]
+
+
+def broken(*args, **kwargs):
+    raise RuntimeError("deliberately broken hook")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "TrainingLoop.training_activity",
+        "TrainingLoop.training_fetch",
+        "TrainingLoop.optimizer_stepped",
+        "loop",
+    ],
+)
+def test_a_failing_hook_does_not_change_training(target, monkeypatch, caplog):
+    ci.profile(enabled=False)
+    expected = seeded_losses()
+    ci.shutdown()
+
+    owner, _, attribute = target.rpartition(".")
+    monkeypatch.setattr(
+        cirron.training.TrainingLoop if owner else cirron.training, attribute, broken
+    )
+    profile()
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        losses = seeded_losses()
+    assert losses == expected
+    assert ci.health()["hook_errors"] > 0
+    warnings = [r for r in caplog.records if r.name == "cirron" and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "deliberately broken hook" in warnings[0].getMessage()
+
+
+# -- 11. ci.watch ------------------------------------------------------------------------
+class Generator(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 4), nn.Tanh())
+
+    def forward(self, z):
+        return self.net(z)
+
+
+class Discriminator(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [lambda m: m, nn.DataParallel, torch.compile],
+    ids=["plain", "DataParallel", "torch.compile"],
+)
+def test_watch_registers_the_plain_module_inside_a_wrapper(wrap):
+    profile()
+    model = Generator()
+    try:
+        ci.watch(wrap(model))
+        assert watched_models() == {"Generator": model}
+        assert watched_models()["Generator"] is model
+    finally:
+        torch._dynamo.reset()
+
+
+def test_watch_gives_two_models_distinct_names():
+    profile()
+    generator, discriminator = Generator(), Discriminator()
+    ci.watch(generator)
+    ci.watch(discriminator)
+    ci.watch(generator)  # again: still one entry
+    assert watched_models() == {"Generator": generator, "Discriminator": discriminator}
+    twin = Generator()
+    ci.watch(twin)
+    assert watched_models()["Generator_1"] is twin
+    assert len(set(map(id, watched_models().values()))) == 3
+
+
+@pytest.mark.parametrize("thing", [42, "model"])
+def test_watch_rejects_what_is_not_a_module(thing):
+    profile()
+    with pytest.raises(TypeError, match="nn.Module"):
+        ci.watch(thing)
+    assert watched_models() == {}
+
+
+# -- 12. plain OpenTelemetry ---------------------------------------------------------------
+STANDALONE_SCRIPT = """
+    import json, sys
+    from collections import Counter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from cirron.instrumentors.torch import TorchInstrumentor
+
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = TorchInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(12, 4), torch.randint(0, 2, (12,))),
+                        batch_size=4)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    instrumentor.uninstrument()
+    provider.force_flush()
+
+    spans = exporter.get_finished_spans()
+    names = {s.context.span_id: s.name for s in spans}
+    print("RESULT " + json.dumps({
+        "counts": Counter(s.name for s in spans),
+        "scopes": sorted({s.instrumentation_scope.name for s in spans}),
+        "parents": sorted({(s.name, names.get(s.parent.span_id) if s.parent else None)
+                           for s in spans}, key=str),
+        "modes": sorted({s.attributes.get("mode") for s in spans if s.name == "forward"}),
+    }))
+"""
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
+    return result_of(run_python(STANDALONE_SCRIPT, cwd=tmp_path_factory.mktemp("standalone")))
+
+
+@pytest.mark.slow
+def test_standalone_instrumentor_exports_to_the_users_provider(standalone):
+    counts = standalone["counts"]
+    for name in ("forward", "backward", "optimizer_step", "step"):
+        assert counts[name] == 6, name
+    assert counts["data_load"] >= 6
+    assert counts["epoch"] >= 1
+    assert "cirron.session" not in counts
+    assert standalone["scopes"] == ["cirron"]
+    assert standalone["modes"] == ["train"]
+    parents = {tuple(pair) for pair in standalone["parents"]}
+    assert {("forward", "step"), ("backward", "step"), ("optimizer_step", "step")} <= parents
+    assert ("step", "epoch") in parents
+    assert ("epoch", None) in parents  # no session: an epoch is a root
+
+
+@pytest.mark.slow
+def test_standalone_instrumentor_ends_the_last_epoch_on_uninstrument(standalone):
+    assert standalone["counts"]["epoch"] == 2
+
+
+# -- 13. profile() before import torch -----------------------------------------------------
+LATE_IMPORT_SCRIPT = """
+    import json, sys
+    import cirron as ci
+    ci.profile(output="none")
+    imported_by_cirron = "torch" in sys.modules
+    hooks_before = ci.health()["hooks"]
+    import torch
+    hooks_after = ci.health()["hooks"]
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.set_num_threads(1)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))),
+                        batch_size=4)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    ci.shutdown()
+    session = ci.trace(format="dict")
+    def walk(node):
+        yield node
+        for child in node["children"]:
+            yield from walk(child)
+    print("RESULT " + json.dumps({
+        "imported_by_cirron": imported_by_cirron, "hooks_before": hooks_before,
+        "hooks_after": hooks_after, "framework": session["attributes"].get("framework"),
+        "counts": {n: sum(s["name"] == n for s in walk(session))
+                   for n in ("epoch", "step", "forward", "backward", "optimizer_step")},
+    }))
+"""
+
+
+@pytest.mark.slow
+def test_profile_before_import_torch_attaches_when_the_script_imports_it(tmp_path):
+    result = result_of(run_python(LATE_IMPORT_SCRIPT, cwd=tmp_path))
+    assert result["imported_by_cirron"] is False
+    assert result["hooks_before"] == []
+    assert result["hooks_after"] == ["torch"]
+    assert "torch" in result["framework"]
+    assert result["counts"] == {
+        "epoch": 1,
+        "step": 2,
+        "forward": 2,
+        "backward": 2,
+        "optimizer_step": 2,
+    }
