@@ -367,7 +367,8 @@ WORKERS_SCRIPT = """
     torch.set_num_threads(1)
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(20, 4), torch.randint(0, 2, (20,)))
-    loader = DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context="fork")
+    context = os.environ["WORKER_START"]
+    loader = DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context=context)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -402,8 +403,11 @@ def result_of(completed):
 
 
 @pytest.mark.slow
-def test_dataloader_with_two_forked_workers_keeps_the_parents_spans(tmp_path):
-    result = result_of(run_python(WORKERS_SCRIPT, cwd=tmp_path, timeout=120))
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_dataloader_with_two_workers_keeps_the_parents_spans(start, tmp_path):
+    result = result_of(
+        run_python(WORKERS_SCRIPT, cwd=tmp_path, timeout=180, env={"WORKER_START": start})
+    )
     assert result["epochs"] == [0, 1]
     assert result["steps"] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
     for names in result["kinds"]:
