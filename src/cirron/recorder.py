@@ -58,6 +58,14 @@ def span_limits(max_events: int) -> SpanLimits:
     return SpanLimits(max_events=max_events, max_attribute_length=MAX_VALUE_LENGTH)
 
 
+def _tracer(provider: Any, max_events: int) -> tuple[Any, TracerState | None]:
+    """cirron's tracer on ``provider``, and the lean span path when the provider allows it."""
+    tracer = provider.get_tracer(TRACER_NAME, package_version())
+    if not lean_path_possible(provider):
+        return tracer, None
+    return tracer, TracerState(provider, tracer, max_events, MAX_VALUE_LENGTH)
+
+
 def start_session(
     provider: TracerProvider,
     attributes: dict[str, Any],
@@ -68,10 +76,7 @@ def start_session(
     parent: Any = None,
 ) -> Recorder:
     """Open ``cirron.session`` (a root span, or a child of ``parent``)."""
-    tracer = provider.get_tracer(TRACER_NAME, package_version())
-    lean = None
-    if lean_path_possible(provider):
-        lean = TracerState(provider, tracer, max_events, MAX_VALUE_LENGTH)
+    tracer, lean = _tracer(provider, max_events)
     root_context = parent if parent is not None else otel_context.Context()
     if lean is not None:
         remote = trace.get_current_span(root_context)
@@ -139,10 +144,7 @@ def bind_provider(provider: Any, max_events: int = 10000) -> Recorder:
     store = TraceStore(Settings().trace_buffer)
     processor = RingBufferSpanProcessor(store, health)
     provider.add_span_processor(processor)
-    tracer = provider.get_tracer(TRACER_NAME, package_version())
-    lean = None
-    if lean_path_possible(provider):
-        lean = TracerState(provider, tracer, max_events, MAX_VALUE_LENGTH)
+    tracer, lean = _tracer(provider, max_events)
     bound = Recorder(
         enabled=True, health=health, store=store, tracer=tracer, processor=processor, lean=lean
     )
