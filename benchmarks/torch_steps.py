@@ -74,8 +74,9 @@ def _time(case: Callable[[int], None], steps: int) -> float:
     return (time.thread_time_ns() - started) / steps
 
 
-def _interleaved(cases: dict[str, Callable[[int], None]], steps: int, rounds: int,
-                 directory: str) -> dict[str, tuple[list[float], list[float]]]:
+def _interleaved(
+    cases: dict[str, Callable[[int], None]], steps: int, rounds: int, directory: str
+) -> dict[str, tuple[list[float], list[float]]]:
     """Per case: (bare ns/step samples, instrumented ns/step samples)."""
     samples: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in cases}
     for _ in range(rounds):
@@ -109,6 +110,10 @@ def run(quick: bool = False) -> list[tuple[str, float, str, float]]:
 
     return [
         ("MLP 3x512 step", median("mlp", 1), "same step, no hooks", median("mlp", 0)),
-        ("added per step, 401 modules", added("deep400"), "added per step, 5 modules",
-         added("deep4")),
+        (
+            "added per step, 401 modules",
+            added("deep400"),
+            "added per step, 5 modules",
+            added("deep4"),
+        ),
     ]

@@ -51,7 +51,8 @@ def main() -> None:
         model.eval()
         with ci.scope("validate"), torch.no_grad():
             correct = sum(
-                (model(inputs).argmax(dim=1) == labels).sum().item() for inputs, labels in validation
+                (model(inputs).argmax(dim=1) == labels).sum().item()
+                for inputs, labels in validation
             )
         ci.mark("val_accuracy", correct / 64, kind="summary")  # lands on the epoch
 
