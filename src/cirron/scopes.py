@@ -233,6 +233,32 @@ def close_with_error(span: Any, error: BaseException | str) -> None:
     span.set_status(Status(StatusCode.ERROR, description))
 
 
+def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
+    """A span that already happened (from ``start_ns`` to now), under the current scope.
+
+    For hooks that learn of a region once it is over (a DataLoader fetch): no
+    context is attached, since nothing can run inside it any more.
+    """
+    rec = recorder.current or recorder.active()
+    if not rec.enabled or _depth.get() >= MAX_SCOPE_DEPTH:
+        return
+    parent = _context_var.get().get(_SPAN_KEY)
+    parent_context = None
+    if parent is None or not parent.is_recording():
+        parent, parent_context = rec.session, rec.session_context
+    lean = rec.lean
+    trace_id = None
+    if lean is not None:
+        trace_id = lean.new_trace_id() if parent is None else _lean_trace_id(parent)
+    if lean is not None and trace_id is not None:
+        ScopeSpan(name, trace_id, parent, attributes, lean, parent_context, start_ns).end()
+    else:
+        context = parent_context or _context_var.get()
+        rec.tracer.start_span(
+            name, context=context, attributes=attributes, start_time=start_ns
+        ).end()
+
+
 def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
     """Open a named region of your program as a span.
 

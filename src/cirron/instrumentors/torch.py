@@ -39,7 +39,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from .. import loops, recorder, training
 from ..guard import call_guarded, traced_call
-from ..scopes import Scope
+from ..scopes import Scope, record_span
 from ..watch import unwrap
 
 _SITE = "torch hook"
@@ -259,9 +259,7 @@ def _classify(iterator: Any) -> str:
 
 def _record_data_load(started_ns: int) -> None:
     """A ``data_load`` span for a fetch that began at ``started_ns`` and just ended."""
-    scope = Scope("data_load", {}, started_ns)
-    scope.__enter__()
-    scope.__exit__(None, None, None)
+    record_span("data_load", {}, started_ns)
 
 
 def _training_fetch(iterator: Any, started: int, driven_by_batches: bool) -> None:
