@@ -117,35 +117,7 @@ class Scope:
             )
             return self
         previous = _context_var.get()
-        parent = previous.get(_SPAN_KEY)
-        parent_context = previous
-        if parent is None or not parent.is_recording():
-            parent = rec.session  # None on a provider-bound recorder: a root span
-            parent_context = rec.session_context
-        lean = rec.lean
-        if lean is None:
-            trace_id = None
-        elif parent is None:
-            trace_id = lean.new_trace_id()
-        else:
-            trace_id = _lean_trace_id(parent)
-        if lean is not None and trace_id is not None:
-            span = ScopeSpan(
-                self.name,
-                trace_id,
-                parent,
-                {**self.attributes},
-                lean,
-                parent_context,
-                self.start_ns,
-            )
-        else:  # a custom sampler or an unsampled foreign parent: the SDK decides
-            span = rec.tracer.start_span(
-                self.name,
-                context=parent_context or Context(),
-                attributes=self.attributes,
-                start_time=self.start_ns,
-            )
+        span = _start_span(rec, self.name, {**self.attributes}, self.start_ns, previous)
         self.span = span
         self._previous = previous
         context = self._context = Context({**previous, _SPAN_KEY: span})
@@ -233,6 +205,26 @@ def close_with_error(span: Any, error: BaseException | str) -> None:
     span.set_status(Status(StatusCode.ERROR, description))
 
 
+def _start_span(
+    rec: Any, name: str, attributes: dict[str, Any], start_ns: int | None, context: Any
+) -> Any:
+    """A span under the open span of ``context`` (or ``cirron.session``), lean when possible."""
+    parent = context.get(_SPAN_KEY)
+    parent_context = context
+    if parent is None or not parent.is_recording():
+        parent = rec.session  # None on a provider-bound recorder: a root span
+        parent_context = rec.session_context
+    lean = rec.lean
+    if lean is not None:
+        trace_id = lean.new_trace_id() if parent is None else _lean_trace_id(parent)
+        if trace_id is not None:
+            return ScopeSpan(name, trace_id, parent, attributes, lean, parent_context, start_ns)
+    # a custom sampler or an unsampled foreign parent: the SDK decides
+    return rec.tracer.start_span(
+        name, context=parent_context or Context(), attributes=attributes, start_time=start_ns
+    )
+
+
 def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
     """A span that already happened (from ``start_ns`` to now), under the current scope.
 
@@ -240,23 +232,8 @@ def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
     context is attached, since nothing can run inside it any more.
     """
     rec = recorder.current or recorder.active()
-    if not rec.enabled or _depth.get() >= MAX_SCOPE_DEPTH:
-        return
-    parent = _context_var.get().get(_SPAN_KEY)
-    parent_context = None
-    if parent is None or not parent.is_recording():
-        parent, parent_context = rec.session, rec.session_context
-    lean = rec.lean
-    trace_id = None
-    if lean is not None:
-        trace_id = lean.new_trace_id() if parent is None else _lean_trace_id(parent)
-    if lean is not None and trace_id is not None:
-        ScopeSpan(name, trace_id, parent, attributes, lean, parent_context, start_ns).end()
-    else:
-        context = parent_context or _context_var.get()
-        rec.tracer.start_span(
-            name, context=context, attributes=attributes, start_time=start_ns
-        ).end()
+    if rec.enabled and _depth.get() < MAX_SCOPE_DEPTH:
+        _start_span(rec, name, attributes, start_ns, _context_var.get()).end()
 
 
 def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
