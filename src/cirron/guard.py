@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import recorder
-from .scopes import Scope
+from .scopes import close_span, open_span
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,18 +57,20 @@ def traced_call(
     call runs (or its result is returned) as if cirron were not there. The
     call's own exceptions propagate unchanged, recorded on the scope.
     """
-    scope: Scope | None = Scope(name, attributes)
     try:
-        scope.__enter__()  # type: ignore[union-attr]
+        opened = open_span(name, attributes)
     except Exception as error:  # noqa: BLE001 - this is the guard
         recorder.current_health().failed(site, error)
-        scope = None
+        opened = None
+    if opened is None:
+        return function(*args, **kwargs)
     try:
         result = function(*args, **kwargs)
     except BaseException as raised:
-        if scope is not None:
-            call_guarded(site, scope.__exit__, type(raised), raised, raised.__traceback__)
+        call_guarded(site, close_span, opened, raised)
         raise
-    if scope is not None:
-        call_guarded(site, scope.__exit__, None, None, None)
+    try:
+        close_span(opened)
+    except Exception as error:  # noqa: BLE001 - this is the guard
+        recorder.current_health().failed(site, error)
     return result

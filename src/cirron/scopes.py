@@ -225,6 +225,33 @@ def _start_span(
     )
 
 
+def open_span(name: str, attributes: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """Start a span and make it current: the lean form of ``Scope.__enter__`` for hooks.
+
+    Returns what :func:`close_span` needs, or None when nothing is recorded.
+    Hook spans don't count toward the nesting limit: hooks add a fixed few levels.
+    """
+    rec = recorder.current
+    if rec is None or not rec.enabled:
+        return None
+    previous = _context_var.get()
+    span = _start_span(rec, name, attributes, None, previous)
+    context = Context({**previous, _SPAN_KEY: span})
+    return span, _context_var.set(context), previous
+
+
+def close_span(opened: tuple[Any, Any, Any], error: BaseException | None = None) -> None:
+    """End a span from :func:`open_span` and restore the context it replaced."""
+    span, token, previous = opened
+    if error is not None and span.is_recording():
+        close_with_error(span, error)
+    span.end()
+    try:
+        _context_var.reset(token)
+    except ValueError:  # closed in another context than it was opened in
+        _context_var.set(previous)
+
+
 def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
     """A span that already happened (from ``start_ns`` to now), under the current scope.
 
