@@ -85,9 +85,7 @@ class Scope:
         "attributes",
         "span",
         "start_ns",
-        "_token",
-        "_context",
-        "_previous",
+        "_opened",
         "_depth",
     )
 
@@ -116,12 +114,8 @@ class Scope:
                 self.name,
             )
             return self
-        previous = _context_var.get()
-        span = _start_span(rec, self.name, {**self.attributes}, self.start_ns, previous)
-        self.span = span
-        self._previous = previous
-        context = self._context = Context({**previous, _SPAN_KEY: span})
-        self._token = _context_var.set(context)
+        self._opened = _open(rec, self.name, {**self.attributes}, self.start_ns)
+        self.span = self._opened[0]
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
@@ -130,16 +124,7 @@ class Scope:
         if span is None:
             return
         self.span = None
-        if exc is not None and span.is_recording():
-            close_with_error(span, exc)
-        span.end()
-        if _context_var.get() is self._context:
-            try:
-                _context_var.reset(self._token)
-                return
-            except ValueError:  # the token belongs to another context (a generator moved)
-                pass
-        _context_var.set(self._previous)  # closed out of order: restore what it replaced
+        close_span(self._opened, exc)
 
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Use the scope as a decorator: one span per call of ``function``."""
@@ -225,30 +210,37 @@ def _start_span(
     )
 
 
-def open_span(name: str, attributes: dict[str, Any]) -> tuple[Any, Any, Any] | None:
-    """Start a span and make it current: the lean form of ``Scope.__enter__`` for hooks.
+def _open(
+    rec: Any, name: str, attributes: dict[str, Any], start_ns: int | None
+) -> tuple[Any, Any, Any]:
+    """Start a span and make it current; returns what :func:`close_span` needs."""
+    previous = _context_var.get()
+    span = _start_span(rec, name, attributes, start_ns, previous)
+    token = _context_var.set(Context({**previous, _SPAN_KEY: span}))
+    return span, token, previous
 
-    Returns what :func:`close_span` needs, or None when nothing is recorded.
+
+def open_span(name: str, attributes: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """``Scope.__enter__`` without the Scope object, for hooks; None when not recording.
+
     Hook spans don't count toward the nesting limit: hooks add a fixed few levels.
     """
     rec = recorder.current
     if rec is None or not rec.enabled:
         return None
-    previous = _context_var.get()
-    span = _start_span(rec, name, attributes, None, previous)
-    context = Context({**previous, _SPAN_KEY: span})
-    return span, _context_var.set(context), previous
+    return _open(rec, name, attributes, None)
 
 
 def close_span(opened: tuple[Any, Any, Any], error: BaseException | None = None) -> None:
-    """End a span from :func:`open_span` and restore the context it replaced."""
+    """End a span from :func:`_open` and restore the context it replaced."""
     span, token, previous = opened
     if error is not None and span.is_recording():
         close_with_error(span, error)
     span.end()
     try:
+        # Also right when closed out of order: the token restores what this span replaced.
         _context_var.reset(token)
-    except ValueError:  # closed in another context than it was opened in
+    except (ValueError, RuntimeError):  # another context (a generator moved), or reset twice
         _context_var.set(previous)
 
 

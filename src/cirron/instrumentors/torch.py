@@ -36,6 +36,7 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from opentelemetry.trace import get_current_span
 
 from .. import loops, recorder, training
 from ..guard import call_guarded, traced_call
@@ -89,29 +90,28 @@ def _gpu_timed(
     """
     if not _cuda_in_use():
         return traced_call(site, name, attributes, function, *args, **kwargs)
-    cuda = _torch().cuda
-    scope = Scope(name, attributes)
-    try:
-        scope.__enter__()
-        start = cuda.Event(enable_timing=True)
-        start.record()
-    except Exception as error:  # noqa: BLE001 - the guard
-        recorder.current_health().failed(site, error)
-        return function(*args, **kwargs)
-    try:
-        result = function(*args, **kwargs)
-    except BaseException as raised:
-        call_guarded(site, scope.__exit__, type(raised), raised, raised.__traceback__)
-        raise
-    call_guarded(site, _finish_gpu_timing, scope, start)
+    return traced_call(site, name, attributes, _timed_on_gpu, function, *args, **kwargs)
+
+
+def _timed_on_gpu(function: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``function`` between two CUDA events; the current span gets their ``gpu_ns``."""
+    span = get_current_span()
+    start = call_guarded(_SITE, _recorded_event)
+    result = function(*args, **kwargs)
+    if start is not None:
+        call_guarded(_SITE, _defer_gpu_time, span, start)
     return result
 
 
-def _finish_gpu_timing(scope: Any, start: Any) -> None:
-    end = _torch().cuda.Event(enable_timing=True)
-    end.record()
-    span = scope.span
-    scope.__exit__(None, None, None)
+def _recorded_event() -> Any:
+    event = _torch().cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _defer_gpu_time(span: Any, start: Any) -> None:
+    """Record the end event now; ``span`` gets ``gpu_ns`` once the GPU has got there."""
+    end = _recorded_event()
     defer = getattr(span, "defer_attribute", None)
     if defer is not None:
         defer("gpu_ns", lambda final: _elapsed_ns(start, end, final))
@@ -225,20 +225,15 @@ def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     training.loop().training_activity()
     scope = Scope("optimizer_step", {"optimizer": type(optimizer).__name__})
     scope.__enter__()
-    start = None
-    if _cuda_in_use():
-        start = _torch().cuda.Event(enable_timing=True)
-        start.record()
-    _optimizer_scopes[id(optimizer)] = (scope, start)
+    _optimizer_scopes[id(optimizer)] = (scope, _recorded_event() if _cuda_in_use() else None)
 
 
 def _after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     scope, start = _optimizer_scopes.pop(id(optimizer), (None, None))
     if scope is not None:
         if start is not None:
-            _finish_gpu_timing(scope, start)
-        else:
-            scope.__exit__(None, None, None)
+            _defer_gpu_time(scope.span, start)
+        scope.__exit__(None, None, None)
     training.loop().optimizer_stepped()
 
 
