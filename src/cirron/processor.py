@@ -161,18 +161,13 @@ class RingBufferSpanProcessor(SpanProcessor):
             return
         next(self._ended)  # health: spans_ended
         if self.sinks:
-            ring = self._ring
-            if len(ring) < self.capacity:
-                ring.append(span)
-                if len(ring) >= self._wake_at:
-                    self._wakeup.set()
-            else:
-                self._enqueue(span)  # full: drop and count
+            self._enqueue(span)
         # Last: while a span is still among the store's open spans, the signal
         # path knows it may not have reached the ring yet (see on_end_interrupted).
         self.store.ended(span)
 
     def _enqueue(self, span: ReadableSpan) -> None:
+        """Into the ring, or dropped and counted when it is full (never waits)."""
         ring = self._ring
         if len(ring) >= self.capacity:
             self._health.add("spans_dropped")
