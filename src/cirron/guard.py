@@ -1,20 +1,17 @@
 """The one guard around foreign ground: hooks, exporters, framework callbacks.
 
-Anything that runs inside the user's training goes through :func:`guarded` or
-:func:`call_guarded`: an ``Exception`` is caught, counted in ``ci.health()``
+Anything that runs inside the user's training goes through :func:`call_guarded`
+or :func:`traced_call`: an ``Exception`` is caught, counted in ``ci.health()``
 and reported with one warning per site; the training code carries on.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from . import recorder
 from .scopes import close_span, open_span
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def call_guarded(site: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -24,23 +21,6 @@ def call_guarded(site: str, function: Callable[..., Any], *args: Any, **kwargs: 
     except Exception as error:  # noqa: BLE001 - this is the guard
         recorder.current_health().failed(site, error)
         return None
-
-
-def guarded(site: str) -> Callable[[F], F]:
-    """Decorator form of :func:`call_guarded`."""
-
-    def decorate(function: F) -> F:
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return function(*args, **kwargs)
-            except Exception as error:  # noqa: BLE001 - this is the guard
-                recorder.current_health().failed(site, error)
-                return None
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
 
 
 def traced_call(

@@ -25,8 +25,9 @@ class Health:
     """What went right and wrong for one profiler (or the in-memory recorder)."""
 
     def __init__(self) -> None:
-        self._started = itertools.count()
-        self._ended = itertools.count()
+        # Advanced by the span processor on the training thread, lock-free.
+        self.started = itertools.count()
+        self.ended = itertools.count()
         self._lock = threading.Lock()
         self.counts: dict[str, int] = {
             "spans_exported": 0,
@@ -39,12 +40,6 @@ class Health:
         self.errors_by_site: dict[str, int] = {}
         self.last_export_error: str | None = None
         self._warned: set[str] = set()
-
-    def span_started(self) -> None:
-        next(self._started)
-
-    def span_ended(self) -> None:
-        next(self._ended)
 
     def add(self, name: str, amount: int = 1) -> None:
         with self._lock:
@@ -79,6 +74,6 @@ class Health:
             report: dict[str, Any] = dict(self.counts)
             report["errors_by_site"] = dict(self.errors_by_site)
             report["last_export_error"] = self.last_export_error
-        report["spans_started"] = _value(self._started)
-        report["spans_ended"] = _value(self._ended)
+        report["spans_started"] = _value(self.started)
+        report["spans_ended"] = _value(self.ended)
         return report

@@ -133,8 +133,8 @@ class RingBufferSpanProcessor(SpanProcessor):
         self.sinks = list(sinks)
         self.capacity = capacity
         self._health = health
-        self._started = health._started
-        self._ended = health._ended
+        self._started = health.started
+        self._ended = health.ended
         self._ring: collections.deque[ReadableSpan] = collections.deque()
         self._waiting: list[Any] = []  # drained, but waiting for a deferred attribute
         self._wake_at = max(1, capacity // 2)
