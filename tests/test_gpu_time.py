@@ -84,6 +84,7 @@ def train_a_few_steps():
 
 def test_cuda_scopes_get_gpu_ns_without_waiting_on_the_stream(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_initialized", True)  # what is_initialized() reads first
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     ci.profile(output="spool", frameworks=["torch"])
     FakeEvent.synchronized = 0

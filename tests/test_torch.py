@@ -135,12 +135,10 @@ def test_plain_dataloader_loop_gives_two_epochs_of_five_steps():
         assert names["backward"] == 1
         assert names["optimizer_step"] == 1
         assert names["data_load"] == 1  # the fetch that found the loader empty is not here
-        assert names["loss"] == 1  # the loss module is not a second forward
-        (forward,) = kids(step, "forward")
+        assert set(names) == {"data_load", "forward", "backward", "optimizer_step"}
+        (forward,) = kids(step, "forward")  # the loss module is not a second forward
         assert forward["attributes"]["mode"] == "train"
         assert forward["attributes"]["module"] == "Sequential"
-        (loss_span,) = kids(step, "loss")
-        assert loss_span["attributes"]["module"] == "CrossEntropyLoss"
         assert [(m["name"], m["value"]) for m in step["marks"]] == [("loss", loss)]
     assert len(named(session, "forward")) == 10  # submodules are not spans
 
@@ -413,7 +411,6 @@ def test_dataloader_with_two_workers_keeps_the_parents_spans(start, tmp_path):
     for names in result["kinds"]:
         assert Counter(n for n in names if n != "data_load") == {
             "forward": 1,
-            "loss": 1,
             "backward": 1,
             "optimizer_step": 1,
         }
@@ -530,7 +527,9 @@ def test_uninstrument_leaves_torch_exactly_as_it_was(how):
     before = torch_entry_points()
     profile()
     during = torch_entry_points()
-    assert all(during[key] is not before[key] for key in before if "hooks" not in key)
+    patched = [key for key in before if "hooks" not in key and key != "Tensor.backward"]
+    assert all(during[key] is not before[key] for key in patched)  # Tensor.backward calls
+    assert during["Tensor.backward"] is before["Tensor.backward"]  # autograd.backward
     assert len(during["optimizer pre hooks"]) == len(before["optimizer pre hooks"]) + 1
     model = make_model()
     loader = DataLoader(make_data(8), batch_size=4)

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .health import Health
+from .spans import ScopeSpan
 from .store import TraceStore
 
 _MAX_QUEUED_BATCHES = 64
@@ -130,6 +131,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         flush_interval: float = 1.0,
     ) -> None:
         self.store = store
+        self._open_spans = store.open
         self.sinks = list(sinks)
         self.capacity = capacity
         self._health = health
@@ -154,14 +156,21 @@ class RingBufferSpanProcessor(SpanProcessor):
         if self._stopped:
             return
         next(self._started)  # health: spans_started
-        self.store.started(span)
+        # TraceStore.started, inline: this runs for every span on the training thread.
+        self._open_spans[span._span_id if type(span) is ScopeSpan else span.context.span_id] = span
 
     def on_end(self, span: ReadableSpan) -> None:
         if self._stopped:
             return
         next(self._ended)  # health: spans_ended
         if self.sinks:
-            self._enqueue(span)
+            ring = self._ring
+            if len(ring) < self.capacity:
+                ring.append(span)
+                if len(ring) >= self._wake_at:
+                    self._wakeup.set()
+            else:
+                self._enqueue(span)  # full: counts the drop
         # Last: while a span is still among the store's open spans, the signal
         # path knows it may not have reached the ring yet (see on_end_interrupted).
         self.store.ended(span)

@@ -215,12 +215,19 @@ def _open(
 ) -> tuple[Any, Any, Any]:
     """Start a span and make it current; returns what :func:`close_span` needs."""
     previous = _context_var.get()
-    span = _start_span(rec, name, attributes, start_ns, previous)
-    token = _context_var.set(Context({**previous, _SPAN_KEY: span}))
-    return span, token, previous
+    parent = previous.get(_SPAN_KEY)
+    lean = rec.lean
+    # The common case inline: inside one of our open spans (an epoch, a step).
+    if type(parent) is ScopeSpan and parent._end_time is None and lean is not None:
+        span = ScopeSpan(name, parent._trace_id, parent, attributes, lean, previous, start_ns)
+    else:
+        span = _start_span(rec, name, attributes, start_ns, previous)
+    return span, _context_var.set(Context({**previous, _SPAN_KEY: span})), previous
 
 
-def open_span(name: str, attributes: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+def open_span(
+    name: str, attributes: dict[str, Any], start_ns: int | None = None
+) -> tuple[Any, Any, Any] | None:
     """``Scope.__enter__`` without the Scope object, for hooks; None when not recording.
 
     Hook spans don't count toward the nesting limit: hooks add a fixed few levels.
@@ -228,7 +235,7 @@ def open_span(name: str, attributes: dict[str, Any]) -> tuple[Any, Any, Any] | N
     rec = recorder.current
     if rec is None or not rec.enabled:
         return None
-    return _open(rec, name, attributes, None)
+    return _open(rec, name, attributes, start_ns)
 
 
 def close_span(opened: tuple[Any, Any, Any], error: BaseException | None = None) -> None:
@@ -245,14 +252,27 @@ def close_span(opened: tuple[Any, Any, Any], error: BaseException | None = None)
 
 
 def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
-    """A span that already happened (from ``start_ns`` to now), under the current scope.
+    """A span that already happened (from ``start_ns`` to now), under the current span.
 
     For hooks that learn of a region once it is over (a DataLoader fetch): no
     context is attached, since nothing can run inside it any more.
     """
     rec = recorder.current or recorder.active()
-    if rec.enabled and _depth.get() < MAX_SCOPE_DEPTH:
-        _start_span(rec, name, attributes, start_ns, _context_var.get()).end()
+    if not rec.enabled:
+        return
+    context = _context_var.get()
+    parent = context.get(_SPAN_KEY)
+    lean = rec.lean
+    if type(parent) is ScopeSpan and parent._end_time is None and lean is not None:
+        span = ScopeSpan(name, parent._trace_id, parent, attributes, lean, context, start_ns)
+    else:
+        span = _start_span(rec, name, attributes, start_ns, context)
+    span.end()
+
+
+def current_span() -> Any:
+    """The current span of this thread/task in the OTel context (None if there is none)."""
+    return _context_var.get().get(_SPAN_KEY)
 
 
 def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:

@@ -125,6 +125,8 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     _events: Any = ()
     _instrumentation_info = None
     _deferred: list[tuple[str, Any]] | None = None  # attributes known only later
+    _status = _UNSET  # replaced in the instance by set_status
+    _dropped_events = 0
 
     def __init__(
         self,
@@ -144,9 +146,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         )
         self._parent_span = parent  # a span, or None for a root
         self._attributes = attributes
-        self._status = _UNSET
         self._state = state
-        self._dropped_events = 0
         self._start_time = start_time if start_time is not None else _time_ns()
         for processor in state.processors._span_processors:
             processor.on_start(self, parent_context)

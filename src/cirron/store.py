@@ -19,15 +19,12 @@ class TraceStore:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._ended: collections.deque[Any] = collections.deque(maxlen=capacity)
-        self._open: dict[int, Any] = {}
+        self.open: dict[int, Any] = {}  # by span id; the processor adds to it
         self._evicted = itertools.count()
 
-    # Keyed by span id; a ScopeSpan's is read directly (its .context is built lazily).
-    def started(self, span: Any) -> None:
-        self._open[span._span_id if type(span) is ScopeSpan else span.context.span_id] = span
-
+    # Spans are added to `open` by the processor's on_start (inline, it is the hot path).
     def ended(self, span: Any) -> None:
-        self._open.pop(span._span_id if type(span) is ScopeSpan else span.context.span_id, None)
+        self.open.pop(span._span_id if type(span) is ScopeSpan else span.context.span_id, None)
         ended = self._ended
         if len(ended) == self.capacity:
             next(self._evicted)
@@ -41,7 +38,7 @@ class TraceStore:
         """Open spans, oldest first (a copy: safe while other threads record)."""
         while True:
             try:
-                return list(self._open.values())
+                return list(self.open.values())
             except RuntimeError:  # dict resized by another thread during the copy
                 continue
 
@@ -54,5 +51,5 @@ class TraceStore:
                 continue
 
     def clear(self) -> None:
-        self._open.clear()
+        self.open.clear()
         self._ended.clear()

@@ -29,7 +29,7 @@ import weakref
 from typing import Any
 
 from . import recorder
-from .scopes import Scope, current_span_chain
+from .scopes import Scope, close_span, current_span, current_span_chain, open_span
 
 DEFAULT_EPOCH_STEPS = 1000
 
@@ -38,22 +38,38 @@ class TrainingLoop:
     def __init__(self, epoch_steps: int = DEFAULT_EPOCH_STEPS) -> None:
         self.epoch_steps = epoch_steps
         self.epoch: Scope | None = None
-        self.step: Scope | None = None
+        self.step: tuple[Any, Any, Any] | None = None  # what close_span needs
         self.step_index = 0  # the next step's index (whole run)
         self.stepped = False  # the open step has seen an optimizer step
         self.steps_in_epoch = 0
         self.loader_driven = False  # training fetches (not forwards) open steps
+        # Another epoch/batch/step (ci.batches, a framework) encloses our epoch.
+        self._epoch_inside_others = False
         self._training_iterator: weakref.ref[Any] | None = None
         self._lock = threading.RLock()
 
     # -- ownership --------------------------------------------------------------
     def _others_hold(self, *names: str) -> bool:
         """An open span of one of ``names`` that this loop did not open."""
-        ours = {id(s.span) for s in (self.epoch, self.step) if s is not None and s.span}
+        ours = {id(span) for span in (self._epoch_span(), self.step and self.step[0]) if span}
         return any(
             getattr(span, "name", None) in names and id(span) not in ours
             for span in current_span_chain()
         )
+
+    def _epoch_span(self) -> Any:
+        return self.epoch.span if self.epoch is not None else None
+
+    def _step_yields(self) -> bool:
+        """A step/batch that is not ours is open: the step is not ours to open.
+
+        The common case costs one comparison: right under our own epoch,
+        which was checked for enclosing steps and batches when it opened.
+        """
+        span = self._epoch_span()
+        if span is not None and current_span() is span:
+            return self._epoch_inside_others
+        return self._others_hold("step", "batch")
 
     # -- spans ------------------------------------------------------------------
     def _open_epoch(self, start_ns: int | None = None) -> None:
@@ -65,6 +81,7 @@ class TrainingLoop:
         rec.extras["epochs_started"] = index + 1
         self.epoch = Scope("epoch", {"index": index}, start_ns)
         self.epoch.__enter__()
+        self._epoch_inside_others = self._others_hold("step", "batch")
         self.steps_in_epoch = 0
 
     def _close_epoch(self) -> None:
@@ -75,17 +92,16 @@ class TrainingLoop:
 
     def _open_step(self, start_ns: int | None = None) -> None:
         self._close_step()
-        if self._others_hold("step", "batch"):
+        if self._step_yields():
             return
-        self.step = Scope("step", {"index": self.step_index}, start_ns)
-        self.step.__enter__()
+        self.step = open_span("step", {"index": self.step_index}, start_ns)
         self.step_index += 1
         self.stepped = False
 
     def _close_step(self) -> None:
         step, self.step = self.step, None
         if step is not None:
-            step.__exit__(None, None, None)
+            close_span(step)
 
     # -- moments reported by hooks -------------------------------------------------
     def training_fetch(self, iterator: Any, started_ns: int, driven_by_batches: bool) -> None:

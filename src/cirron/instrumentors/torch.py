@@ -11,8 +11,10 @@ What becomes a span:
 - ``forward``: one per call of an *outermost* module (attribute ``mode`` =
   ``train``/``eval``, ``module`` = its class). Calls of its submodules are not
   spans and cost next to nothing. A loss module called on its own
-  (``nn.CrossEntropyLoss()(out, y)``) is a ``loss`` span, not a second forward.
-- ``backward``: ``loss.backward()`` and ``torch.autograd.backward(...)``.
+  (``nn.CrossEntropyLoss()(out, y)``) is not a span: its time is the gap
+  between ``forward`` and ``backward`` in the step.
+- ``backward``: ``loss.backward()`` and ``torch.autograd.backward(...)`` (one
+  patch of the latter: ``Tensor.backward`` calls it).
 - ``optimizer_step``: every ``optimizer.step()`` (global optimizer hooks).
 - ``data_load``: the wait inside a DataLoader iterator's ``__next__``.
 - ``step`` and ``epoch``: decided by ``cirron.training`` from these moments.
@@ -29,82 +31,76 @@ Every hook runs through the core guard: a failure inside cirron is counted in
 from __future__ import annotations
 
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Collection
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.trace import get_current_span
 
 from .. import loops, recorder, training
-from ..guard import call_guarded, traced_call
-from ..scopes import Scope, record_span
+from ..guard import call_guarded
+from ..scopes import close_span, open_span, record_span
 from ..watch import unwrap
 
 _SITE = "torch hook"
 
 
-class _ThreadState(threading.local):
-    in_backward = False
-
-
-_state = _ThreadState()
 _inside_forward = [False]  # an outermost module call is running (any thread)
-# Outermost modules seen so far (id -> weak reference): tells training loaders
-# from validation ones. A dict, so the hot path only looks an int up.
-_seen_models: dict[int, weakref.ref[Any]] = {}
+_inside_train = [False]
+# Outermost modules seen so far: id -> (weak reference, class name of the model
+# inside any DDP / compile wrapper). Tells training loaders from validation
+# ones; a dict, so the hot path only looks an int up.
+_seen_models: dict[int, tuple[weakref.ref[Any], str]] = {}
 _loader_kind: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-_optimizer_scopes: dict[int, Any] = {}
+_last_loader: list[Any] = [None, None]  # (iterator, kind): most fetches come from the same one
+_optimizer_spans: dict[int, tuple[Any, Any]] = {}
+_cuda: list[Any] = [None]  # torch.cuda once attached: its _initialized flag says CUDA is in use
 
 
 def _torch() -> Any:
     return sys.modules["torch"]
 
 
-# -- forward -----------------------------------------------------------------------
-def _remember(module: Any) -> None:
-    key = id(module)
-    _seen_models[key] = weakref.ref(module, lambda _ref: _seen_models.pop(key, None))
+def _health_failed(error: Exception) -> None:
+    recorder.current_health().failed(_SITE, error)
 
 
-def _any_seen_model_training() -> bool:
-    models = [reference() for reference in list(_seen_models.values())]
-    return any(model.training for model in models if model is not None)
+# -- spans around a call, with GPU time --------------------------------------------
+def _enter(name: str, attributes: dict[str, Any]) -> tuple[Any, Any] | None:
+    """Open a hook span: (what close_span needs, CUDA start event or None); never raises.
 
-
-def _cuda_in_use() -> bool:
-    cuda = _torch().cuda
-    return bool(cuda.is_initialized())
-
-
-def _gpu_timed(
-    site: str, name: str, attributes: dict[str, Any], function: Any, *args: Any, **kwargs: Any
-) -> Any:
-    """``traced_call``, plus ``gpu_ns`` from a CUDA event pair when CUDA is in use.
-
-    The events are recorded on the current stream and read by the flush
-    thread later (``Event.query()`` never waits), so the training stream is
-    never synchronised. On a CPU-only run there is no attribute at all.
+    When CUDA is in use the span gets ``gpu_ns`` from a CUDA event pair,
+    recorded on the current stream and read by the flush thread later
+    (``Event.query()`` never waits), so the training stream is never
+    synchronised. On a CPU-only run there is no attribute at all.
     """
-    if not _cuda_in_use():
-        return traced_call(site, name, attributes, function, *args, **kwargs)
-    return traced_call(site, name, attributes, _timed_on_gpu, function, *args, **kwargs)
+    try:
+        opened = open_span(name, attributes)
+        if opened is None:
+            return None
+        cuda = _cuda[0]
+        if cuda is not None and cuda._initialized and cuda.is_initialized():
+            return opened, _recorded_event()
+        return opened, None
+    except Exception as error:  # noqa: BLE001 - the guard
+        _health_failed(error)
+        return None
 
 
-def _timed_on_gpu(function: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run ``function`` between two CUDA events; the current span gets their ``gpu_ns``."""
-    span = get_current_span()
-    start = call_guarded(_SITE, _recorded_event)
-    result = function(*args, **kwargs)
-    if start is not None:
-        call_guarded(_SITE, _defer_gpu_time, span, start)
-    return result
+def _leave(entered: tuple[Any, Any], error: BaseException | None = None) -> None:
+    """Close a span from :func:`_enter`; never raises."""
+    opened, gpu_start = entered
+    try:
+        if gpu_start is not None:
+            _defer_gpu_time(opened[0], gpu_start)
+        close_span(opened, error)
+    except Exception as failure:  # noqa: BLE001 - the guard
+        _health_failed(failure)
 
 
 def _recorded_event() -> Any:
-    event = _torch().cuda.Event(enable_timing=True)
+    event = _cuda[0].Event(enable_timing=True)
     event.record()
     return event
 
@@ -126,23 +122,37 @@ def _elapsed_ns(start: Any, end: Any, final: bool) -> int | None:
     return int(start.elapsed_time(end) * 1e6)
 
 
-def _root_forward(module: Any, call: Any, args: Any, kwargs: Any) -> Any:
-    """The outermost module call: a ``forward`` span (or ``loss`` for a loss module)."""
-    torch = _torch()
-    if isinstance(module, torch.nn.modules.loss._Loss):
-        return traced_call(_SITE, "loss", {"module": type(module).__name__}, call, *args, **kwargs)
-    training_mode = module.training
-    try:
-        if id(module) not in _seen_models:
-            _remember(module)
-        if training_mode and torch.is_grad_enabled():
-            training.loop().training_activity()
-    except Exception as error:  # noqa: BLE001 - the guard
-        recorder.current_health().failed(_SITE, error)
+# -- forward -----------------------------------------------------------------------
+def _remember(module: Any) -> tuple[weakref.ref[Any], str]:
+    key = id(module)
     # A DDP / DataParallel / torch.compile wrapper is named for the model inside.
-    model_class = type(unwrap(module)).__name__
-    attributes = {"mode": "train" if training_mode else "eval", "module": model_class}
-    return _gpu_timed(_SITE, "forward", attributes, call, *args, **kwargs)
+    entry = _seen_models[key] = (
+        weakref.ref(module, lambda _ref: _seen_models.pop(key, None)),
+        type(unwrap(module)).__name__,
+    )
+    return entry
+
+
+def _any_seen_model_training() -> bool:
+    models = [entry[0]() for entry in list(_seen_models.values())]
+    return any(model.training for model in models if model is not None)
+
+
+def _enter_forward(module: Any) -> tuple[Any, Any] | None:
+    """The ``forward`` span of an outermost module call; never raises."""
+    try:
+        entry = _seen_models.get(id(module)) or _remember(module)
+        if module.training:
+            loop = training.loop()
+            if not loop.loader_driven and _torch().is_grad_enabled():
+                loop.training_activity()
+            attributes = {"mode": "train", "module": entry[1]}
+        else:
+            attributes = {"mode": "eval", "module": entry[1]}
+    except Exception as error:  # noqa: BLE001 - the guard
+        _health_failed(error)
+        return None
+    return _enter("forward", attributes)
 
 
 def _make_module_call(original: Any) -> Any:
@@ -153,10 +163,13 @@ def _make_module_call(original: Any) -> Any:
     read of a module-level flag, so a model of 400 modules pays ~400 flag
     reads per forward and nothing else. The flag is process-wide, not per
     thread: a module another thread calls while a forward runs is not a span
-    of its own.
+    of its own. A loss module called on its own is not a span either (see
+    the README): its few microseconds show as the gap between ``forward``
+    and ``backward`` inside the step.
     """
     inline = getattr(original, "__name__", "") == "_wrapped_call_impl"
     inside = _inside_forward
+    loss_class = _torch().nn.modules.loss._Loss
 
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         if inside[0]:
@@ -168,15 +181,23 @@ def _make_module_call(original: Any) -> Any:
             return original(self, *args, **kwargs)
         inside[0] = True
         try:
-            return _root_forward(self, original, (self, *args), kwargs)
+            # A loss module (and any module inside it, e.g. a perceptual loss's
+            # network) is not a forward of the model.
+            entered = None if isinstance(self, loss_class) else _enter_forward(self)
+            if entered is None:
+                return original(self, *args, **kwargs)
+            try:
+                result = original(self, *args, **kwargs)
+            except BaseException as error:
+                _leave(entered, error)
+                raise
+            _leave(entered)
+            return result
         finally:
             inside[0] = False
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
     return __call__
-
-
-_inside_train = [False]
 
 
 def _make_train(original: Any) -> Any:
@@ -198,48 +219,65 @@ def _make_train(original: Any) -> Any:
 
 
 # -- backward ----------------------------------------------------------------------
-def _make_backward(original: Any, name: str) -> Any:
+def _enter_backward() -> tuple[Any, Any] | None:
+    try:
+        loop = training.loop()
+        if not loop.loader_driven:  # else the data fetches open the steps
+            loop.training_activity()
+    except Exception as error:  # noqa: BLE001 - the guard
+        _health_failed(error)
+    return _enter("backward", {})
+
+
+def _make_backward(original: Any) -> Any:
+    """Our ``torch.autograd.backward``; ``Tensor.backward`` calls it, so one patch covers both."""
+
     def backward(*args: Any, **kwargs: Any) -> Any:
-        if _state.in_backward:  # Tensor.backward calls torch.autograd.backward
+        entered = _enter_backward()
+        if entered is None:
             return original(*args, **kwargs)
-        _state.in_backward = True
         try:
-            try:
-                training.loop().training_activity()
-            except Exception as error:  # noqa: BLE001 - the guard
-                recorder.current_health().failed(_SITE, error)
-            return _gpu_timed(_SITE, "backward", {}, original, *args, **kwargs)
-        finally:
-            _state.in_backward = False
+            result = original(*args, **kwargs)
+        except BaseException as error:
+            _leave(entered, error)
+            raise
+        _leave(entered)
+        return result
 
     backward.__wrapped__ = original  # type: ignore[attr-defined]
-    backward.__name__ = name
+    backward.__name__ = "backward"
     return backward
 
 
 # -- optimizer ---------------------------------------------------------------------
 def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    stale = _optimizer_scopes.pop(id(optimizer), None)
-    if stale is not None:  # the previous step() raised before its post hook
-        stale[0].__exit__(RuntimeError, RuntimeError("optimizer.step() raised"), None)
-    training.loop().training_activity()
-    scope = Scope("optimizer_step", {"optimizer": type(optimizer).__name__})
-    scope.__enter__()
-    _optimizer_scopes[id(optimizer)] = (scope, _recorded_event() if _cuda_in_use() else None)
+    try:
+        stale = _optimizer_spans.pop(id(optimizer), None)
+        if stale is not None:  # the previous step() raised before its post hook
+            _leave(stale, RuntimeError("optimizer.step() raised"))
+        training.loop().training_activity()
+    except Exception as error:  # noqa: BLE001 - the guard
+        _health_failed(error)
+    entered = _enter("optimizer_step", {"optimizer": type(optimizer).__name__})
+    if entered is not None:
+        _optimizer_spans[id(optimizer)] = entered
 
 
 def _after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    scope, start = _optimizer_scopes.pop(id(optimizer), (None, None))
-    if scope is not None:
-        if start is not None:
-            _defer_gpu_time(scope.span, start)
-        scope.__exit__(None, None, None)
-    training.loop().optimizer_stepped()
+    entered = _optimizer_spans.pop(id(optimizer), None)
+    if entered is not None:
+        _leave(entered)
+    try:
+        training.loop().optimizer_stepped()
+    except Exception as error:  # noqa: BLE001 - the guard
+        _health_failed(error)
 
 
 # -- data loading ------------------------------------------------------------------
 def _classify(iterator: Any) -> str:
     """``training``, ``eval``, or either with ``+batches`` when ``ci.batches`` drives it."""
+    if iterator is _last_loader[0]:
+        return _last_loader[1]  # type: ignore[no-any-return]
     kind = _loader_kind.get(iterator)
     if kind is None:
         training_loader = _torch().is_grad_enabled() and (
@@ -249,45 +287,54 @@ def _classify(iterator: Any) -> str:
         if loops.driven_by_batches(iterator):
             kind += "+batches"
         _loader_kind[iterator] = kind
+    _last_loader[0], _last_loader[1] = iterator, kind
     return kind
 
 
-def _record_data_load(started_ns: int) -> None:
-    """A ``data_load`` span for a fetch that began at ``started_ns`` and just ended."""
-    record_span("data_load", {}, started_ns)
+def _forget(iterator: Any) -> None:
+    """A persistent-workers iterator starts over: classify its next pass afresh."""
+    _loader_kind.pop(iterator, None)
+    if _last_loader[0] is iterator:
+        _last_loader[0] = _last_loader[1] = None
 
 
-def _training_fetch(iterator: Any, started: int, driven_by_batches: bool) -> None:
-    training.loop().training_fetch(iterator, started, driven_by_batches)
-
-
-def _training_exhausted(iterator: Any) -> None:
-    training.loop().training_loader_exhausted(iterator)
-
-
-def _make_next(original: Any) -> Any:
-    def __next__(self: Any) -> Any:
-        kind = call_guarded(_SITE, _classify, self) or "eval"
-        training_loader = kind.startswith("training")
+def _after_fetch(iterator: Any, kind: str, started: int, exhausted: bool) -> None:
+    """Tell the training loop about a fetch that began at ``started``; record its data_load."""
+    try:
         # Under ci.batches the batch spans are the steps and carry the wait as
         # data_load_ns: only the epoch boundaries are ours to find.
         driven = kind.endswith("+batches")
-        started = time.time_ns()
+        if kind.startswith("training"):
+            if exhausted:
+                # The last step ends where the loader runs dry; the fetch that only
+                # found it empty is a data_load of the epoch, not of that step.
+                training.loop().training_loader_exhausted(iterator)
+            else:
+                training.loop().training_fetch(iterator, started, driven)
+        if not driven:
+            record_span("data_load", {}, started)
+        if exhausted:
+            _forget(iterator)
+    except Exception as error:  # noqa: BLE001 - the guard
+        _health_failed(error)
+
+
+def _make_next(original: Any) -> Any:
+    time_ns = time.time_ns
+
+    def __next__(self: Any) -> Any:
+        try:
+            kind = _classify(self)
+        except Exception as error:  # noqa: BLE001 - the guard
+            _health_failed(error)
+            return original(self)
+        started = time_ns()
         try:
             item = original(self)
         except StopIteration:
-            # The last step ends where the loader runs dry; the fetch that only
-            # found it empty is a data_load of the epoch, not of that step.
-            if training_loader:
-                call_guarded(_SITE, _training_exhausted, self)
-            if not driven:
-                call_guarded(_SITE, _record_data_load, started)
-            _loader_kind.pop(self, None)  # a persistent-workers iterator starts over
+            _after_fetch(self, kind, started, exhausted=True)
             raise
-        if training_loader:
-            call_guarded(_SITE, _training_fetch, self, started, driven)
-        if not driven:
-            call_guarded(_SITE, _record_data_load, started)
+        _after_fetch(self, kind, started, exhausted=False)
         return item
 
     __next__.__wrapped__ = original  # type: ignore[attr-defined]
@@ -348,19 +395,11 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         module_class = torch.nn.Module
         self._patch(module_class, "__call__", _make_module_call(module_class.__dict__["__call__"]))
         self._patch(module_class, "train", _make_train(module_class.__dict__["train"]))
-        self._patch(torch.Tensor, "backward", _make_backward(torch.Tensor.backward, "backward"))
-        self._patch(torch.autograd, "backward", _make_backward(torch.autograd.backward, "backward"))
+        self._patch(torch.autograd, "backward", _make_backward(torch.autograd.backward))
         self._patch(_BaseDataLoaderIter, "__next__", _make_next(_BaseDataLoaderIter.__next__))
-        self._handles.append(
-            register_optimizer_step_pre_hook(
-                lambda o, a, k: call_guarded(_SITE, _before_optimizer_step, o, a, k)
-            )
-        )
-        self._handles.append(
-            register_optimizer_step_post_hook(
-                lambda o, a, k: call_guarded(_SITE, _after_optimizer_step, o, a, k)
-            )
-        )
+        self._handles.append(register_optimizer_step_pre_hook(_before_optimizer_step))
+        self._handles.append(register_optimizer_step_post_hook(_after_optimizer_step))
+        _cuda[0] = torch.cuda
 
     def _uninstrument(self, **kwargs: Any) -> None:
         TorchInstrumentor._waiting_for_import = False
@@ -374,5 +413,7 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        _optimizer_scopes.clear()
+        _optimizer_spans.clear()
         _seen_models.clear()
+        _last_loader[0] = _last_loader[1] = None
+        _cuda[0] = None
