@@ -38,7 +38,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from . import values
 
 _log = logging.getLogger("cirron")
-_UNSET = Status(StatusCode.UNSET)
+UNSET_STATUS = Status(StatusCode.UNSET)  # shared: encoders test for it by identity
 _SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
 _time_ns = time.time_ns
 _random_bits = random.getrandbits
@@ -125,7 +125,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     _events: Any = ()
     _instrumentation_info = None
     _deferred: list[tuple[str, Any]] | None = None  # attributes known only later
-    _status = _UNSET  # replaced in the instance by set_status
+    _status = UNSET_STATUS  # replaced in the instance by set_status
     _dropped_events = 0
 
     def __init__(
