@@ -6,11 +6,14 @@ import argparse
 import os
 import platform
 
-from . import hot_path, torch_steps
+from . import hot_path, process_costs, torch_steps
 
 
-def _us(nanoseconds: float) -> str:
-    return f"{nanoseconds / 1000:.2f} us"
+def _format(value: float, unit: str) -> str:
+    """``value`` is in ns for ``us`` rows, else already in ``unit``."""
+    if unit == "us":
+        return f"{value / 1000:.2f} us"
+    return f"{value:.2f} {unit}"
 
 
 def main() -> None:
@@ -27,13 +30,15 @@ def main() -> None:
         rows += torch_steps.run(quick=args.quick)
     except ImportError:
         print("(torch is not installed: torch rows skipped)")
-    header = f"{'operation':<22} {'cirron':>10}  {'baseline (same run)':<28} {'baseline':>10} {'ratio':>7}"
+    rows += process_costs.run(quick=args.quick)
+    header = f"{'operation':<34} {'cirron':>10}  {'baseline (same run)':<36} {'baseline':>10} {'ratio':>7}"
     print(header)
     print("-" * len(header))
-    for operation, ours, baseline_name, baseline in rows:
+    for operation, ours, baseline_name, baseline, *unit in rows:
         ratio = f"{ours / baseline:.2f}x" if baseline else "-"
+        ours_text, baseline_text = (_format(v, unit[0] if unit else "us") for v in (ours, baseline))
         print(
-            f"{operation:<22} {_us(ours):>10}  {baseline_name:<28} {_us(baseline):>10} {ratio:>7}"
+            f"{operation:<34} {ours_text:>10}  {baseline_name:<36} {baseline_text:>10} {ratio:>7}"
         )
 
 

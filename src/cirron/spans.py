@@ -238,9 +238,12 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         if self._end_time is not None:
             return True
         events = self._events
-        if type(events) is tuple:
-            events = self._events = collections.deque(maxlen=self._state.max_events)
-        full = len(events) == events.maxlen
+        if type(events) is tuple:  # the first event: a list (a deque costs ~700 bytes)
+            events = self._events = []
+        elif len(events) >= self._state.max_events and type(events) is list:
+            # At the limit: keep the newest, dropping the oldest from here on.
+            events = self._events = collections.deque(events, maxlen=self._state.max_events)
+        full = len(events) >= self._state.max_events
         events.append(MarkEvent(name, attributes, timestamp))
         if full:
             self._dropped_events += 1
