@@ -106,7 +106,12 @@ def _listening(port: int) -> bool:
 class OtlpReceiver:
     """A ``rotel-agent`` subprocess printing every received span; see the module docstring."""
 
-    def __init__(self, directory: str | None = None, start_timeout: float = 10.0) -> None:
+    def __init__(
+        self, directory: str | None = None, start_timeout: float = 10.0, verbosity: str = "detailed"
+    ) -> None:
+        # "basic" prints a line per batch instead of every span (long runs); the
+        # span parser needs "detailed".
+        self.verbosity = verbosity
         self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="rotel-")
         os.makedirs(self.directory, exist_ok=True)
@@ -135,12 +140,16 @@ class OtlpReceiver:
         return f"{self.http_endpoint}/v1/traces"
 
     # -- life cycle -------------------------------------------------------------
-    def start(self, attempts: int = 3) -> OtlpReceiver:
-        """Start rotel and wait (bounded) until both ports accept connections."""
+    def start(self, attempts: int = 3, ports: tuple[int, int] | None = None) -> OtlpReceiver:
+        """Start rotel and wait (bounded) until both ports accept connections.
+
+        ``ports``: (gRPC, HTTP) to listen on, e.g. those of a backend that was
+        down; by default two free ones.
+        """
         error = "not started"
         for _ in range(attempts):  # a free port can be taken between probe and bind
             self._stop_process()
-            self.grpc_port, self.http_port = free_port(), free_port()
+            self.grpc_port, self.http_port = ports or (free_port(), free_port())
             if self.grpc_port == self.http_port:
                 continue
             self._spawn()
@@ -157,7 +166,7 @@ class OtlpReceiver:
             "--otlp-http-endpoint", f"127.0.0.1:{self.http_port}",
             "--exporter", "blackhole",
             "--debug-log", "traces",
-            "--debug-log-verbosity", "detailed",
+            "--debug-log-verbosity", self.verbosity,
             "--pid-file", self.pid_file,
             "--log-file", self.log_file,
         ]  # fmt: skip

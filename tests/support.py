@@ -1,12 +1,17 @@
-"""Helpers for tests that need a fresh interpreter."""
+"""Helpers for tests that need a fresh interpreter, and for reading what it spooled."""
 
 from __future__ import annotations
 
+import collections
 import os
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 
 def run_python(
@@ -27,3 +32,161 @@ def run_python(
         text=True,
         timeout=timeout,
     )
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    """This process's environment without OTEL_*/CIRRON_* (no stray endpoint or path)."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("OTEL_", "CIRRON_", "TRACEPARENT", "TRACESTATE"))
+    }
+    environment.update(extra)
+    return environment
+
+
+class Script:
+    """A script running as a subprocess, its output read as it comes; always killed on exit."""
+
+    def __init__(self, script: Path, *args: str, cwd: Path, env: dict[str, str] | None = None):
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            cwd=cwd,
+            env=env if env is not None else clean_environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._readers = [
+            threading.Thread(
+                target=self._read, args=(self.process.stdout, self.out, True), daemon=True
+            ),
+            threading.Thread(
+                target=self._read, args=(self.process.stderr, self.err, False), daemon=True
+            ),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: Any, into: list[str], announce: bool) -> None:
+        for line in stream:
+            into.append(line)
+            if announce:
+                self.lines.put(line)
+
+    def __enter__(self) -> Script:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_for(self, text: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(
+                    f"no {text!r} from the script within {timeout}s; "
+                    f"stdout={''.join(self.out)!r} stderr={''.join(self.err)[-2000:]!r}"
+                )
+            try:
+                line = self.lines.get(timeout=min(remaining, 0.1))
+            except queue.Empty:
+                if self.process.poll() is not None and self.lines.empty():
+                    for reader in self._readers:
+                        reader.join(timeout=5)
+                    if any(text in seen for seen in self.out):
+                        return
+                    raise AssertionError(
+                        f"script exited ({self.process.returncode}) before {text!r}; "
+                        f"stdout={''.join(self.out)!r} stderr={''.join(self.err)[-2000:]!r}"
+                    ) from None
+                continue
+            if text in line:
+                return
+
+    def send(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def finish(self, timeout: float = 20.0) -> tuple[int, str, str]:
+        """Wait for the exit; returns (returncode, stdout, stderr)."""
+        self.process.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout=5)
+        return self.process.returncode, "".join(self.out), "".join(self.err)
+
+
+def run_script(
+    script: Path, *args: str, cwd: Path, timeout: float = 30.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` to its end in a clean environment; returns the completed process."""
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=cwd,
+        env=env if env is not None else clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def spool_pids(path: Path) -> set[int]:
+    return {int(name.name.partition("-")[0]) for name in (path / "spool").glob("*-*.json")}
+
+
+def attribute(span: dict[str, Any], key: str) -> Any:
+    for item in span.get("attributes", []):
+        if item["key"] == key:
+            ((kind, value),) = item["value"].items()
+            return int(value) if kind == "intValue" else value
+    return None
+
+
+def status(span: dict[str, Any]) -> dict[str, Any]:
+    return span.get("status", {})
+
+
+def is_error(span: dict[str, Any]) -> bool:
+    return status(span).get("code") == 2
+
+
+def named(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [span for span in spans if span["name"] == name]
+
+
+def children(spans: list[dict[str, Any]], parent: dict[str, Any], name: str) -> list[dict]:
+    return [s for s in spans if s["name"] == name and s.get("parentSpanId") == parent["spanId"]]
+
+
+def assert_consistent(spans: list[dict[str, Any]]) -> None:
+    """One tree: unique span ids, every parent present, every span ended."""
+    ids = collections.Counter(span["spanId"] for span in spans)
+    assert [i for i, n in ids.items() if n > 1] == [], "a span was exported twice"
+    for span in spans:
+        parent = span.get("parentSpanId")
+        assert parent is None or parent in ids, f"{span['name']}: parent {parent} missing"
+        assert int(span["endTimeUnixNano"]) >= int(span["startTimeUnixNano"]) > 0
+
+
+def the_session(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    sessions = named(spans, "cirron.session")
+    assert len(sessions) == 1, f"{len(sessions)} cirron.session spans"
+    return sessions[0]
+
+
+def epoch_batches(spans: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Batch spans by epoch index, each list ordered by batch index."""
+    result = {}
+    for epoch in named(spans, "epoch"):
+        batches = children(spans, epoch, "batch")
+        result[attribute(epoch, "index")] = sorted(batches, key=lambda s: attribute(s, "index"))
+    return result

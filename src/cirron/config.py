@@ -42,6 +42,7 @@ class Settings:
     exit_timeout: float = 3.0
     max_events: int = 10000
     epoch_steps: int = 1000  # optimizer steps per epoch when no DataLoader shows epochs
+    spool_max_bytes: int | None = None  # None: the spool may grow until the disk is full
     # The whole config= dict, for the user's own feature flags (Profiler.config).
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -128,6 +129,7 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "exit_timeout": (_positive_number, env.CIRRON_EXIT_TIMEOUT, float),
     "max_events": (_positive_int, env.CIRRON_MAX_EVENTS, int),
     "epoch_steps": (_positive_int, env.CIRRON_EPOCH_STEPS, int),
+    "spool_max_bytes": (_positive_int, env.CIRRON_SPOOL_MAX_BYTES, int),
 }
 
 

@@ -12,7 +12,10 @@ import logging
 import threading
 from typing import Any
 
+from .lines import printable
+
 _log = logging.getLogger("cirron")
+_ERROR_TEXT_LIMIT = 500  # characters of an error's text in a warning or last_export_error
 
 
 def _value(counter: itertools.count) -> int:
@@ -36,6 +39,7 @@ class Health:
             "scopes_too_deep": 0,
             "hook_errors": 0,
             "export_errors": 0,
+            "threads_restarted": 0,
         }
         self.errors_by_site: dict[str, int] = {}
         self.last_export_error: str | None = None
@@ -55,18 +59,19 @@ class Health:
 
     def failed(self, site: str, error: BaseException, counter: str = "hook_errors") -> None:
         """Count a failure of our own code at ``site`` and warn once about it."""
+        # One line, bounded: an error's text may carry a user's hostile value.
+        text = printable(f"{type(error).__name__}: {error}", _ERROR_TEXT_LIMIT)
         with self._lock:
             self.counts[counter] += 1
             self.errors_by_site[site] = self.errors_by_site.get(site, 0) + 1
             if counter == "export_errors":
-                self.last_export_error = f"{site}: {type(error).__name__}: {error}"[:500]
+                self.last_export_error = f"{site}: {text}"
         self.warn_once(
             site,
-            "cirron: %s failed (%s: %s); training continues, further errors here are "
+            "cirron: %s failed (%s); training continues, further errors here are "
             "only counted in ci.health()",
             site,
-            type(error).__name__,
-            error,
+            text,
         )
 
     def snapshot(self) -> dict[str, Any]:

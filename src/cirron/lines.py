@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 MARK_PREFIX = "mark."
+LINE_TEXT_LIMIT = 200  # characters of one name or value in a line; the rest is cut
 
 
 def format_duration(nanoseconds: int | None) -> str:
@@ -35,11 +36,11 @@ def format_value(value: Any) -> str:
         return "0" if text in ("-0", "") else text
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_value(item) for item in value) + "]"
-    return _printable(str(value))
+    return printable(str(value))
 
 
-def _printable(text: str, limit: int = 200) -> str:
-    # One span, one line: control characters are escaped, long text is cut.
+def printable(text: str, limit: int = LINE_TEXT_LIMIT) -> str:
+    """``text`` safe for one line: cut at ``limit`` characters, control characters escaped."""
     if len(text) > limit:
         text = text[:limit] + "..."
     if text.isprintable():
@@ -77,7 +78,7 @@ def mark_values(span: Any) -> dict[str, Any]:
 
 def span_line(span: Any) -> str:
     attributes = span.attributes or {}
-    text = _printable(span.name)
+    text = printable(span.name)
     if "index" in attributes:
         text += f"[{format_value(attributes['index'])}]"
     end = span.end_time
@@ -85,6 +86,6 @@ def span_line(span: Any) -> str:
     marks = mark_values(span)
     if marks:
         text += (
-            " {" + ", ".join(f"{_printable(k)}={format_value(v)}" for k, v in marks.items()) + "}"
+            " {" + ", ".join(f"{printable(k)}={format_value(v)}" for k, v in marks.items()) + "}"
         )
     return text

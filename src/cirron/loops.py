@@ -43,7 +43,8 @@ class _ScopedLoop(Iterator[T]):
 
     def __init__(self, iterable: Iterable[T], name: str, is_epochs: bool) -> None:
         if not isinstance(iterable, Iterable) and not hasattr(iterable, "__getitem__"):
-            raise TypeError(f"ci.{name}s() needs an iterable, got {type(iterable).__name__}")
+            function = "ci.epochs" if is_epochs else "ci.batches"
+            raise TypeError(f"{function}() needs an iterable, got {type(iterable).__name__}")
         self._iterable = iterable
         self._iterator: Iterator[T] | None = None
         self._name = name

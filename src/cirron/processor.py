@@ -34,6 +34,20 @@ from .store import TraceStore
 _MAX_QUEUED_BATCHES = 64
 _MAX_DEFER_SECONDS = 10.0  # how long a span may wait for a deferred attribute
 _live_processors: weakref.WeakSet[RingBufferSpanProcessor] = weakref.WeakSet()
+SINK_THREAD_PREFIX = "cirron-sink-"
+
+
+def _report_restart(health: Health, thread: str, error: BaseException) -> None:
+    """A thread of ours died (a ``BaseException`` from an exporter, or killed from outside)."""
+    health.add("threads_restarted")
+    health.warn_once(
+        f"restart-{thread}",
+        "cirron: thread %s died (%s: %s) and was restarted; training is unaffected, "
+        "restarts are counted in ci.health()['threads_restarted']",
+        thread,
+        type(error).__name__,
+        error,
+    )
 
 
 class SinkWorker:
@@ -49,11 +63,16 @@ class SinkWorker:
         self._queue: collections.deque[Sequence[ReadableSpan]] = collections.deque()
         self._wakeup = threading.Condition()
         self._busy = False
+        self._in_flight = 0  # spans in the exporter right now
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=f"cirron-sink-{name}", daemon=True)
+        self._pid = os.getpid()
+        self._thread = threading.Thread(
+            target=self._run, name=SINK_THREAD_PREFIX + name, daemon=True
+        )
         self._thread.start()
 
     def submit(self, batch: Sequence[ReadableSpan]) -> None:
+        self.ensure_running()
         with self._wakeup:
             if len(self._queue) >= _MAX_QUEUED_BATCHES:
                 self.dropped += len(batch)
@@ -69,6 +88,7 @@ class SinkWorker:
 
     def wait_idle(self, deadline: float) -> bool:
         """Wait until everything submitted so far is exported, or ``deadline``."""
+        self.ensure_running()
         with self._wakeup:
             while self._queue or self._busy:
                 remaining = deadline - time.monotonic()
@@ -87,8 +107,33 @@ class SinkWorker:
         except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
             self._health.failed(f"exporter {self.name} shutdown", error, "export_errors")
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        with self._wakeup:  # out of time: what is still queued or in flight is lost, and counted
+            self.dropped += sum(len(batch) for batch in self._queue) + self._in_flight
+            self._queue.clear()
+            self._in_flight = 0  # if that export still ends, it is not counted again
+
+    def ensure_running(self) -> None:
+        """Start a new thread if this sink's thread died (a backstop for :meth:`_run`)."""
+        if not self._thread.is_alive() and not self._stopping and os.getpid() == self._pid:
+            self._restart(RuntimeError("the thread was found dead"))
+
+    def _restart(self, error: BaseException) -> None:
+        with self._wakeup:
+            if self._thread.is_alive() and self._thread is not threading.current_thread():
+                return  # restarted already
+            self._busy = False
+            self._thread = threading.Thread(target=self._run, name=self._thread.name, daemon=True)
+            self._thread.start()
+        _report_restart(self._health, self._thread.name, error)
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as error:  # noqa: BLE001 - e.g. an exporter's SystemExit
+            if not self._stopping and os.getpid() == self._pid:
+                self._restart(error)
+
+    def _serve(self) -> None:
         while True:
             with self._wakeup:
                 while not self._queue and not self._stopping:
@@ -97,10 +142,14 @@ class SinkWorker:
                     return
                 batch = self._queue.popleft()
                 self._busy = True
-            self._export(batch)
-            with self._wakeup:
-                self._busy = False
-                self._wakeup.notify_all()
+                self._in_flight = len(batch)
+            try:
+                self._export(batch)
+            finally:
+                with self._wakeup:
+                    self._busy = False
+                    self._in_flight = 0
+                    self._wakeup.notify_all()
 
     def _export(self, batch: Sequence[ReadableSpan]) -> None:
         try:
@@ -108,6 +157,13 @@ class SinkWorker:
         except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
             result = None
             self._health.failed(f"exporter {self.name}", error, "export_errors")
+        except BaseException:
+            self.errors += 1
+            self.dropped += len(batch)
+            raise  # ends this thread, which _run replaces
+        with self._wakeup:
+            if not self._in_flight:
+                return  # given up on by stop(), and counted there
         if result == SpanExportResult.SUCCESS:
             self.exported += len(batch)
             return
@@ -115,7 +171,9 @@ class SinkWorker:
         self.dropped += len(batch)
         if result is not None:
             self._health.failed(
-                f"exporter {self.name}", RuntimeError("export returned FAILURE"), "export_errors"
+                f"exporter {self.name}",
+                RuntimeError("the exporter reported FAILURE; this sink drops the batch"),
+                "export_errors",
             )
 
 
@@ -143,6 +201,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._interval = flush_interval
         self._wakeup = threading.Event()
         self._drain_lock = threading.RLock()  # re-entrant: a signal handler may flush
+        self._restart_lock = threading.Lock()
         self._stopped = False
         self._pid = os.getpid()
         self._thread: threading.Thread | None = None
@@ -205,6 +264,13 @@ class RingBufferSpanProcessor(SpanProcessor):
 
     # -- flush thread ---------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._flush_periodically()
+        except BaseException as error:  # noqa: BLE001 - e.g. the thread was killed from outside
+            # The dying thread starts its successor (ensure_running is the backstop).
+            self._restart(error)
+
+    def _flush_periodically(self) -> None:
         while not self._stopped:
             self._wakeup.wait(self._interval)
             self._wakeup.clear()
@@ -214,6 +280,27 @@ class RingBufferSpanProcessor(SpanProcessor):
                 self._drain()
             except Exception as error:  # noqa: BLE001 - the flush thread must not die
                 self._health.failed("flush thread", error, "export_errors")
+
+    def ensure_running(self) -> None:
+        """Restart the flush thread and the sink threads if any of them died."""
+        thread = self._thread
+        if thread is not None and not thread.is_alive():
+            self._restart(RuntimeError("the thread was found dead"))
+        for sink in self.sinks:
+            sink.ensure_running()
+
+    def _restart(self, error: BaseException) -> None:
+        if self._stopped or os.getpid() != self._pid:
+            return
+        with self._restart_lock:
+            thread = self._thread
+            if self._stopped or thread is None:
+                return
+            if thread.is_alive() and thread is not threading.current_thread():
+                return  # restarted already
+            self._thread = threading.Thread(target=self._run, name=thread.name, daemon=True)
+            self._thread.start()
+        _report_restart(self._health, thread.name, error)
 
     def _drain(self, lock_timeout: float = -1, final: bool = False) -> int:
         if os.getpid() != self._pid:
@@ -256,6 +343,7 @@ class RingBufferSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
+        self.ensure_running()
         self._drain(final=True)
         return all([sink.wait_idle(deadline) for sink in self.sinks])
 
@@ -279,6 +367,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._ring = collections.deque()
         self._waiting = []
         self._drain_lock = threading.RLock()
+        self._restart_lock = threading.Lock()
         self.sinks = []
 
 

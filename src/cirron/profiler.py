@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
@@ -61,10 +62,17 @@ class Profiler:
             made_by_us or not provider.exports_otlp_already(span_provider)
         )
         sinks = call_guarded(
-            "building exporters", exporters.build_sinks, settings.output, settings.path, otlp
+            "building exporters",
+            exporters.build_sinks,
+            settings.output,
+            settings.path,
+            otlp,
+            settings.spool_max_bytes,
         )
         if sinks is None:  # e.g. the gRPC exporter failed to import: keep the local sinks
-            sinks = exporters.build_sinks(settings.output, settings.path, False)
+            sinks = exporters.build_sinks(
+                settings.output, settings.path, False, settings.spool_max_bytes
+            )
         self.workers = [SinkWorker(name, exporter, health) for name, exporter in sinks.items()]
         processor = RingBufferSpanProcessor(
             store, health, self.workers, settings.buffer_size, settings.flush_interval
@@ -116,8 +124,10 @@ class Profiler:
     # -- handle ---------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         """Counters and state: spans started/ended/exported/dropped, sinks, buffer use."""
-        report = self.recorder.health.snapshot()
         processor = self.recorder.processor
+        if processor is not None and not self._closed:
+            processor.ensure_running()  # a dead flush or sink thread is restarted
+        report = self.recorder.health.snapshot()
         store = self.recorder.store
         spool = next((w.exporter for w in self.workers if w.name == "spool"), None)
         report.update(
@@ -129,6 +139,7 @@ class Profiler:
                 for w in self.workers
             },
             spool_bytes=getattr(spool, "bytes_written", 0),
+            spool_full=getattr(spool, "full", False),
             buffer_capacity=processor.capacity if processor else 0,
             buffer_used=processor.buffer_used if processor else 0,
             trace_evicted=store.evicted if store else 0,
@@ -138,10 +149,10 @@ class Profiler:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Export everything that has ended, now; returns False if a sink timed out."""
+        seconds = self.settings.exit_timeout if timeout is None else _timeout(timeout)
         processor = self.recorder.processor
         if processor is None or self._closed:
             return True
-        seconds = self.settings.exit_timeout if timeout is None else timeout
         return processor.force_flush(int(seconds * 1000))
 
     def trace(self, format: str = "text", name: str | None = None, last: int | None = None) -> Any:
@@ -241,6 +252,14 @@ class Profiler:
             span = span._parent_span
 
 
+def _timeout(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"timeout must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
 def _disabled(settings: Settings) -> Profiler:
     profiler = Profiler(settings)
     recorder.replace(profiler.recorder)  # enabled=False: every scope is a no-op
@@ -282,6 +301,17 @@ def profile(
         output: local sinks, ``"spool"`` (default), ``"log"``, ``"stdout"``, ``"none"`` or a list.
     """
     global _profiler
+    # Validated first, even when a profiler runs: a wrong argument is an error in every call.
+    settings = config_module.resolve(
+        config,
+        enabled,
+        frameworks=frameworks,
+        snapshots=snapshots,
+        sample_rate=sample_rate,
+        flush_interval=flush_interval,
+        path=path,
+        output=output,
+    )
     with _lock:
         existing = _profiler
         if existing is not None and existing.pid == os.getpid():
@@ -290,16 +320,6 @@ def profile(
                 "profiler (arguments of this call are ignored)"
             )
             return existing
-        settings = config_module.resolve(
-            config,
-            enabled,
-            frameworks=frameworks,
-            snapshots=snapshots,
-            sample_rate=sample_rate,
-            flush_interval=flush_interval,
-            path=path,
-            output=output,
-        )
         if not settings.enabled:
             _profiler = _disabled(settings)
             return _profiler
@@ -326,7 +346,13 @@ def shutdown() -> None:
 
 
 def flush(timeout: float | None = None) -> bool:
-    """Synchronously export every ended span to every sink (bounded by ``timeout``)."""
+    """Synchronously export every ended span to every sink (bounded by ``timeout``).
+
+    ``timeout``: seconds, default ``exit_timeout``; returns False if a sink
+    did not finish in time (what it has not written yet stays queued).
+    """
+    if timeout is not None:
+        _timeout(timeout)
     profiler = _profiler
     return profiler.flush(timeout) if profiler is not None else True
 
@@ -345,6 +371,7 @@ def health() -> dict[str, Any]:
         transport="none",
         sinks={},
         spool_bytes=0,
+        spool_full=False,
         buffer_capacity=0,
         buffer_used=0,
         trace_evicted=store.evicted if store else 0,

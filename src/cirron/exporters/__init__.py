@@ -25,12 +25,14 @@ __all__ = [
 ]
 
 
-def build_sinks(output: tuple[str, ...], path: str, otlp: bool) -> dict[str, SpanExporter]:
+def build_sinks(
+    output: tuple[str, ...], path: str, otlp: bool, spool_max_bytes: int | None = None
+) -> dict[str, SpanExporter]:
     """Exporters by sink name, for validated ``output`` names (``none`` removed)."""
     sinks: dict[str, SpanExporter] = {}
     for name in output:
         if name == "spool":
-            sinks[name] = SpoolExporter(path)
+            sinks[name] = SpoolExporter(path, spool_max_bytes)
         elif name == "log":
             sinks[name] = LogExporter()
         elif name == "stdout":

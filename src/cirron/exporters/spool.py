@@ -3,7 +3,9 @@
 Files are ``<path>/spool/<pid>-<sequence>.json``, each an
 ``ExportTraceServiceRequest`` in the standard OTLP JSON encoding, so any OTLP
 tool can read or replay them. A file is written under a temporary name and
-renamed into place, so a reader never sees half a file.
+renamed into place, so a reader never sees half a file (see ``cirron.files``).
+With ``spool_max_bytes`` set, a process writes at most that many bytes of
+spool files: the batch that would cross it is the first one not written.
 """
 
 from __future__ import annotations
@@ -11,52 +13,56 @@ from __future__ import annotations
 import glob
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .. import files
 from .otlp_json import encode_request
 
 
+class SpoolFull(Exception):
+    """The spool reached its size cap (``spool_max_bytes``); later batches are not written."""
+
+
 class SpoolExporter(SpanExporter):
-    def __init__(self, path: str) -> None:
+    """Writes each batch as one OTLP/JSON file; stops for good at ``max_bytes``, if given."""
+
+    def __init__(self, path: str, max_bytes: int | None = None) -> None:
         self.directory = os.path.join(path, "spool")
+        self.max_bytes = max_bytes
         self.bytes_written = 0
         self.files_written = 0
+        self.full = False  # the cap was reached: nothing more is written
         self._sequence = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
             return SpanExportResult.SUCCESS
-        self._write(encode_request(spans).encode("ascii"))
+        if not self.full:
+            data = encode_request(spans).encode("ascii")
+            self.full = self.max_bytes is not None and (
+                self.bytes_written + len(data) > self.max_bytes
+            )
+        if self.full:  # the sink's worker counts the batch as dropped, and warns once
+            raise SpoolFull(
+                f"the spool reached its cap of {self.max_bytes} bytes (spool_max_bytes); "
+                "later spans are not written to it"
+            )
+        self._write(data)
         return SpanExportResult.SUCCESS
 
     def _write(self, data: bytes) -> None:
-        os.makedirs(self.directory, exist_ok=True)
+        files.make_directory(self.directory)
         pid = os.getpid()
         while True:  # never replace a file: an earlier profiler of this process, or an
             self._sequence += 1  # earlier run that had the same pid, may have written it
             final = os.path.join(self.directory, f"{pid}-{self._sequence:06d}.json")
             if not os.path.exists(final):
                 break
-        handle, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(data)
-            # mkstemp makes the file 0600; give it the user's umask like any file.
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)
-            os.replace(temporary, final)
-        except BaseException:
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
-            raise
+        files.write_whole(final, data)
         self.bytes_written += len(data)
         self.files_written += 1
 

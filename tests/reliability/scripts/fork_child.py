@@ -1,6 +1,9 @@
 """Fork inside a profiled loop; the child records scopes and exits.
 
-    python fork_child.py PATH MODE      MODE: os_exit | sys_exit | profile_again
+    python fork_child.py PATH MODE
+    MODE: os_exit | sys_exit | profile_again | sigterm
+
+``sigterm``: the child profiles again and, inside an open scope, is sent SIGTERM.
 
 The parent flushes once before forking, so spans ended before the fork are
 on disk and later ones are still in the ring buffer when the child starts.
@@ -8,6 +11,7 @@ Prints ``PID <parent>`` and ``CHILD <pid> <status>``.
 """
 
 import os
+import signal
 import sys
 
 import cirron as ci
@@ -35,6 +39,10 @@ for i in ci.batches(range(4)):
                 with ci.scope("child-session-work"):
                     pass
                 ci.shutdown()
+            if mode == "sigterm":
+                ci.profile(path=path, flush_interval=30.0, frameworks=[])
+                with ci.scope("child-session-work"):
+                    os.kill(os.getpid(), signal.SIGTERM)
             if mode == "os_exit":
                 os._exit(0)
             sys.exit(0)
