@@ -17,6 +17,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
+from . import values
 from .health import Health
 from .processor import RingBufferSpanProcessor
 from .spans import ScopeSpan, TracerState, lean_path_possible
@@ -24,7 +25,7 @@ from .store import TraceStore
 
 TRACER_NAME = "cirron"
 SESSION_SPAN = "cirron.session"
-MAX_VALUE_LENGTH = 8192  # characters kept of a string attribute value
+MAX_VALUE_LENGTH = values.MAX_VALUE_LENGTH  # characters kept of a string attribute value
 
 
 @dataclass

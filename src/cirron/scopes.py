@@ -187,7 +187,8 @@ def close_with_error(span: Any, error: BaseException | str) -> None:
                 description = f"{received}: {description}"
     else:
         description = error
-    span.set_status(Status(StatusCode.ERROR, description))
+    # An exception's text can be anything (a 10 MB input): cut like any value.
+    span.set_status(Status(StatusCode.ERROR, description[: values.MAX_VALUE_LENGTH]))
 
 
 def _start_span(

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+MAX_VALUE_LENGTH = 8192  # characters kept of a string value; the rest is cut
 _SCALARS = (str, bool, int, float)
 
 
@@ -40,10 +41,21 @@ def scalar(value: Any, what: str) -> str | bool | int | float:
     )
 
 
+def _cut(value: Any) -> Any:
+    """A string longer than :data:`MAX_VALUE_LENGTH` cut to it (a hostile 10 MB value)."""
+    if type(value) is str and len(value) > MAX_VALUE_LENGTH:
+        return value[:MAX_VALUE_LENGTH]
+    return value
+
+
 def attribute(value: Any, what: str) -> Any:
-    """An OTel attribute value: a scalar or a homogeneous list/tuple of scalars."""
+    """An OTel attribute value: a scalar or a homogeneous list/tuple of scalars.
+
+    Strings are cut at :data:`MAX_VALUE_LENGTH` characters, as the SDK's
+    attribute limit would cut them.
+    """
     if isinstance(value, (list, tuple)):
-        items = [scalar(item, what) for item in value]
+        items = [_cut(scalar(item, what)) for item in value]
         kinds = {type(item) for item in items}
         if kinds == {int, float}:
             items = [float(item) for item in items]
@@ -52,7 +64,7 @@ def attribute(value: Any, what: str) -> Any:
                 f"{what} must hold values of one type, got {sorted(k.__name__ for k in kinds)}"
             )
         return tuple(items)
-    return scalar(value, what)
+    return _cut(scalar(value, what))
 
 
 def attributes(values: Mapping[str, Any], what: str) -> dict[str, Any]:
