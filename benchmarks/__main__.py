@@ -6,7 +6,7 @@ import argparse
 import os
 import platform
 
-from . import hot_path, process_costs, torch_steps
+from . import hot_path, process_costs, snapshots, torch_steps
 
 
 def _format(value: float, unit: str) -> str:
@@ -28,6 +28,7 @@ def main() -> None:
     rows = hot_path.run(quick=args.quick)
     try:
         rows += torch_steps.run(quick=args.quick)
+        rows += snapshots.run(quick=args.quick)  # training-thread hold at an epoch boundary
     except ImportError:
         print("(torch is not installed: torch rows skipped)")
     rows += process_costs.run(quick=args.quick)

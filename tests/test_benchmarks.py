@@ -26,5 +26,7 @@ def test_the_benchmark_suite_still_runs_in_quick_mode(tmp_path):
         "disabled ci.scope",
         "MLP 3x512 step",
         "added per step, 401 modules",
+        "snapshot hold, stats, tiny params",
+        "snapshot hold, sampled, tiny params",
     ):
         assert row in result.stdout

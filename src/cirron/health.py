@@ -39,6 +39,8 @@ class Health:
             "scopes_too_deep": 0,
             "hook_errors": 0,
             "export_errors": 0,
+            "snapshot_files_lost": 0,
+            "snapshots_dropped": 0,
             "threads_restarted": 0,
         }
         self.errors_by_site: dict[str, int] = {}

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from . import recorder
+from . import boundaries, recorder
 from .scopes import Scope
 
 T = TypeVar("T")
@@ -94,6 +94,8 @@ class _ScopedLoop(Iterator[T]):
         """Close the scope of the current item (done for you by the loop)."""
         scope, self._open = self._open, None
         if scope is not None:
+            if self._is_epochs:
+                boundaries.epoch_ending(scope.span)
             scope.__exit__(None, None, None)
 
     def __del__(self) -> None:

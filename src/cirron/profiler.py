@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode, get_current_span
 
 from . import config as config_module
-from . import exporters, lifecycle, provider, readback, recorder, registry
+from . import exporters, lifecycle, provider, readback, recorder, registry, snapshot_jobs, snapshots
 from .config import Settings
 from .guard import call_guarded
 from .health import Health
@@ -89,6 +89,7 @@ class Profiler:
             parent=provider.parent_from_environment(),
         )
         self.recorder.extras["epoch_steps"] = settings.epoch_steps
+        self.recorder.extras["settings"] = settings  # snapshot mode, sample rate, path
         previous = recorder.replace(self.recorder)
         if previous is not None and previous.extras.get("in_memory"):
             # ci.watch() called before ci.profile() still counts
@@ -153,6 +154,7 @@ class Profiler:
         processor = self.recorder.processor
         if processor is None or self._closed:
             return True
+        snapshots.drain(seconds)  # snapshot spans still being finished end first
         return processor.force_flush(int(seconds * 1000))
 
     def trace(self, format: str = "text", name: str | None = None, last: int | None = None) -> Any:
@@ -178,6 +180,8 @@ class Profiler:
         loop = self.recorder.extras.get("training_loop")
         if loop is not None and not interrupted:
             call_guarded("closing the training loop", loop.close)
+        if not interrupted:
+            snapshot_jobs.stop(self.settings.exit_timeout)  # the last epochs' snapshots end
         self._end_open_spans(error=None, interrupted=interrupted)
         processor = self.recorder.processor
         if processor is not None:

@@ -28,7 +28,7 @@ import threading
 import weakref
 from typing import Any
 
-from . import recorder
+from . import boundaries, recorder
 from .scopes import Scope, close_span, current_span, current_span_chain, open_span
 
 DEFAULT_EPOCH_STEPS = 1000
@@ -88,6 +88,7 @@ class TrainingLoop:
         self._close_step()
         epoch, self.epoch = self.epoch, None
         if epoch is not None:
+            boundaries.epoch_ending(epoch.span)
             epoch.__exit__(None, None, None)
 
     def _open_step(self, start_ns: int | None = None) -> None:

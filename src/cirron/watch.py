@@ -63,6 +63,10 @@ def watch(model: Any, name: str | None = None) -> None:
     while unique in watched:
         unique, counter = f"{base}_{counter}", counter + 1
     watched[unique] = weakref.ref(model)
+    if rec.enabled:
+        from . import snapshots
+
+        snapshots.prepare(model)
 
 
 def watched_models() -> dict[str, Any]:

@@ -1,0 +1,79 @@
+"""The reference SDK (PyPI ``cirron-sdk``), measured side by side in its own interpreter.
+
+It has the same import name as this package (``cirron``), so it lives in a
+venv of its own (``bash scripts/reference-venv.sh`` makes ``.venv-ref``) and
+runs in a subprocess. A measurement is a self-contained snippet of Python
+that ends by printing its result with :data:`REPORT`; run the *same* snippet
+with :func:`run_snippet` under both interpreters and compare::
+
+    from benchmarks import reference
+    code = reference.REPORT_FUNCTION + "import cirron as ci; ...; report({'us': 3.2})"
+    ours = reference.run_snippet(code)                    # this interpreter
+    python = reference.reference_python()                 # None: not installed
+    theirs = reference.run_snippet(code, python) if python else None
+
+The snippet runs in a fresh temporary directory (so ``./.cirron`` files of
+either SDK land there and vanish), with ``CIRRON_*``/``OTEL_*`` variables
+removed from its environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+ENVIRONMENT_VARIABLE = "CIRRON_REFERENCE_PYTHON"  # an interpreter with cirron-sdk installed
+VERSION = "0.3.0"
+_MARKER = "#cirron-benchmark-result "
+REPORT_FUNCTION = (
+    f"def report(value):\n    import json\n    print({_MARKER!r} + json.dumps(value), flush=True)\n"
+)
+
+
+class SnippetFailed(RuntimeError):
+    """The snippet exited non-zero or reported nothing."""
+
+
+def reference_python() -> str | None:
+    """The interpreter of the reference SDK, or None when it is not installed.
+
+    ``$CIRRON_REFERENCE_PYTHON`` when set (empty: none), else ``.venv-ref/bin/python``.
+    """
+    configured = os.environ.get(ENVIRONMENT_VARIABLE)
+    if configured is not None:
+        path = Path(configured.strip()) if configured.strip() else None
+    else:
+        path = ROOT / ".venv-ref" / "bin" / "python"
+    if path is None or not path.is_file() or not os.access(path, os.X_OK):
+        return None
+    return str(path)
+
+
+def run_snippet(code: str, python: str | None = None, timeout: float = 600) -> Any:
+    """Run ``code`` under ``python`` (default: this interpreter); returns what it reported."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("CIRRON_", "OTEL_")) and key != "TRACEPARENT"
+    }
+    with tempfile.TemporaryDirectory(prefix="cirron-bench-") as directory:
+        result = subprocess.run(
+            [python or sys.executable, "-c", code],
+            cwd=directory,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    reports = [line for line in result.stdout.splitlines() if line.startswith(_MARKER)]
+    if result.returncode != 0 or not reports:
+        raise SnippetFailed(
+            f"{python or sys.executable} exited {result.returncode}: {result.stderr[-2000:]}"
+        )
+    return json.loads(reports[-1][len(_MARKER) :])

@@ -1,0 +1,209 @@
+"""The snapshot thread: finishes what the training thread captured at a boundary.
+
+One daemon thread per process, started by the first job and gone after a
+second of idleness. A :class:`Job` writes the raw-tensor files (when the
+boundary was sampled), then puts one event per tensor on the ``snapshot``
+span, and ends it. Each file is written under a temporary name and renamed,
+so a reader never sees half of one; a file that can't be written (full disk,
+unwritable directory, no ``safetensors``) is lost with one warning and a count
+in ``ci.health()["snapshot_files_lost"]``, and the statistics still go out.
+
+Epochs shorter than their snapshots would queue copies without bound, so a
+boundary waits while ``MAX_PENDING`` jobs are queued, at most ``MAX_WAIT``
+seconds; past that it takes no snapshot (``snapshots_dropped``).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.trace import Status, StatusCode
+
+from .health import Health
+from .snapshot_records import event_attributes
+
+MAX_PENDING = 4
+MAX_WAIT = 30.0
+_IDLE_SECONDS = 1.0
+# kind of tensor -> (file name, span attribute holding its path)
+FILES = {
+    "weight": ("weights.safetensors", "snapshot.weights_path"),
+    "gradient": ("gradients.safetensors", "snapshot.gradients_path"),
+}
+
+
+@dataclass
+class Job:
+    span: Any
+    capture: Any  # a cirron.snapshots.Capture
+    health: Health
+    taken_ns: int  # the boundary: every event is stamped with it
+    directory: str | None  # where raw tensors go; None: stats only
+    metadata: dict[str, str]
+
+    def run(self) -> None:
+        span = self.span
+        try:
+            paths = self._write_files() if self.directory is not None else {}
+            records = self.capture.records()
+            for name, kind, dtype, shape, summary in records:
+                span.add_event(name, event_attributes(kind, dtype, shape, summary), self.taken_ns)
+            span.set_attribute("snapshot.tensors", len(records))
+            for attribute, path in paths.items():
+                span.set_attribute(attribute, path)
+        except Exception as error:  # noqa: BLE001 - the guard of the snapshot thread
+            self.health.failed("snapshot", error)
+            span.set_status(Status(StatusCode.ERROR, f"snapshot failed: {type(error).__name__}"))
+        finally:
+            self.capture.release()
+            span.end()
+
+    def _write_files(self) -> dict[str, str]:
+        """Write each kind's file; returns {span attribute: path} of those written."""
+        written = {}
+        for kind, (file_name, attribute) in FILES.items():
+            path = os.path.join(self.directory or "", file_name)
+            metadata = {**self.metadata, "kind": kind}
+            if _write_atomically(self.capture, kind, path, metadata, self.health):
+                written[attribute] = path
+        return written
+
+
+def _write_atomically(
+    capture: Any, kind: str, path: str, metadata: dict[str, str], health: Health
+) -> bool:
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not capture.save(kind, temporary, metadata):
+            return False  # no tensors of this kind (no gradients yet)
+        os.replace(temporary, path)
+        return True
+    except Exception as error:  # noqa: BLE001 - a lost file never stops training
+        try:
+            os.remove(temporary)
+        except OSError:
+            pass
+        health.add("snapshot_files_lost")
+        health.warn_once(
+            "snapshot-file",
+            "cirron: could not write snapshot file %s (%s: %s); raw tensors of this and later "
+            "failures are lost (counted in ci.health()['snapshot_files_lost']), stats still go out",
+            path,
+            type(error).__name__,
+            error,
+        )
+        return False
+
+
+def widen_event_limit(span: Any, events: int) -> None:
+    """Give an SDK span (a custom sampler's) room for ``events`` events."""
+    from opentelemetry.sdk.util import BoundedList
+
+    current = getattr(span, "_events", None)
+    limit = getattr(getattr(current, "_dq", None), "maxlen", None)
+    if isinstance(current, BoundedList) and limit is not None and limit < events:
+        span._events = BoundedList(events)
+
+
+# -- the thread ----------------------------------------------------------------------
+class _Worker:
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.queue: collections.deque[Callable[[], None]] = collections.deque()
+        self.busy = False
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+        self.pid = os.getpid()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        with self.condition:
+            self.queue.append(work)
+            self.stopping = False
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="cirron-snapshots", daemon=True
+                )
+                self.thread.start()
+            self.condition.notify_all()
+
+    def wait(self, done: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.condition:
+            while not done():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.thread is None:
+                    return done()
+                self.condition.wait(remaining)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self.condition:
+                while not self.queue and not self.stopping:
+                    if not self.condition.wait(_IDLE_SECONDS):
+                        break
+                if not self.queue:  # idle or stopped: leave; the next job starts a new thread
+                    self.thread = None
+                    self.condition.notify_all()
+                    return
+                work = self.queue.popleft()
+                self.busy = True
+            try:
+                work()
+            except Exception:  # noqa: BLE001, S110 - jobs guard themselves; never die here
+                pass
+            finally:
+                with self.condition:
+                    self.busy = False
+                    self.condition.notify_all()
+
+
+_worker = _Worker()
+
+
+def _current() -> _Worker:
+    global _worker
+    if _worker.pid != os.getpid():  # a forked child: the parent's thread is not here
+        _worker = _Worker()
+    return _worker
+
+
+def submit(job: Job) -> None:
+    _current().submit(job.run)
+
+
+def run_later(function: Callable[..., Any], *args: Any) -> None:
+    """Run ``function(*args)`` on the snapshot thread (failures are ignored)."""
+    _current().submit(lambda: function(*args))
+
+
+def wait_for_room(timeout: float = MAX_WAIT) -> bool:
+    """Block while ``MAX_PENDING`` jobs are queued; False if still full after ``timeout``."""
+    worker = _current()
+    return worker.wait(lambda: len(worker.queue) < MAX_PENDING, timeout)
+
+
+def drain(timeout: float) -> bool:
+    """Wait until every job submitted so far is done; False on timeout."""
+    worker = _current()
+    return worker.wait(lambda: not worker.queue and not worker.busy, timeout)
+
+
+def stop(timeout: float) -> None:
+    """Finish the queued jobs (up to ``timeout``) and end the thread."""
+    worker = _current()
+    deadline = time.monotonic() + timeout
+    drain(timeout)
+    with worker.condition:
+        worker.stopping = True
+        worker.condition.notify_all()
+        thread = worker.thread
+    if thread is not None:
+        thread.join(max(deadline - time.monotonic(), 0.0))

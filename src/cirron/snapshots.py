@@ -1,0 +1,206 @@
+"""Weight and gradient snapshots at epoch boundaries (framework-neutral).
+
+Right before an ``epoch`` span ends (see :mod:`cirron.boundaries`), every
+watched model gets one ``snapshot`` span: a child of that epoch that also
+carries a link to it, with one event per tensor (named after the parameter,
+``kind`` = ``weight`` or ``gradient``) holding its ``dtype``, ``shape``,
+``mean``, ``std``, ``min``, ``max``, ``norm``, a 16-bin ``histogram`` over
+``histogram_range`` and the ``nan_count``/``inf_count`` of non-finite values
+(the other numbers are over the finite values).
+
+The work is split where the values could change:
+
+- **On the training thread**, only what must happen before the next optimizer
+  step: the model's adapter copies the tensors into a reused staging buffer
+  (CPU), or enqueues the reductions and copies on the device's own stream
+  (GPU, nothing waits for them).
+- **On the snapshot thread** (:mod:`cirron.snapshot_jobs`): the statistics,
+  the raw-tensor files and the span's events; then the span ends.
+
+Modes (``ci.profile(snapshots=...)``): ``stats`` (the default) records the
+events only; ``full`` also writes ``weights.safetensors`` and
+``gradients.safetensors`` under ``<path>/snapshots/<span id>/`` at every
+boundary; ``sampled`` does so at a boundary when ``random.random() < sample_rate`` (Python's global generator: seed
+it with ``random.seed(n)`` and a re-run samples the same epochs). Raw files
+are written only under ``ci.profile()``.
+
+Adapters (one per framework, loaded only once that framework is imported)
+turn a model into a :class:`Capture`; see :data:`ADAPTERS`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from opentelemetry import trace as trace_api
+
+from . import boundaries, recorder, snapshot_jobs
+from .spans import ScopeSpan
+
+# framework module -> module holding its ``ADAPTER`` (imported once the framework is).
+ADAPTERS: dict[str, str] = {"torch": "cirron.instrumentors.torch_snapshot"}
+
+
+class Capture(Protocol):
+    """A model's tensors as taken at a boundary; finished on the snapshot thread."""
+
+    tensor_count: int  # records this capture will produce
+
+    def save(self, kind: str, path: str, metadata: dict[str, str]) -> bool:
+        """Write the ``kind`` (weight/gradient) tensors to ``path``; False when there are none.
+
+        Called before :meth:`records`, which may then reuse the copies.
+        """
+
+    def records(self) -> list[tuple[str, str, str, tuple[int, ...], Sequence[float]]]:
+        """Per tensor: (name, kind, dtype, shape, summary); see :mod:`cirron.snapshot_records`."""
+
+    def release(self) -> None:
+        """Give the copies back (always called, last)."""
+
+
+class Adapter(Protocol):
+    def claims(self, model: Any) -> bool: ...
+
+    def capture(self, model: Any, raw: bool) -> Capture: ...
+
+    def prepare(self, model: Any, raw: bool) -> None:
+        """Get ready for the first capture, off the training thread (``raw``: files may follow)."""
+
+
+def adapter_for(model: Any) -> Adapter | None:
+    """The adapter of the framework ``model`` belongs to (None: not a model we know)."""
+    for framework, module_name in ADAPTERS.items():
+        if framework in sys.modules:
+            adapter: Adapter = importlib.import_module(module_name).ADAPTER
+            if adapter.claims(model):
+                return adapter
+    return None
+
+
+# -- the boundary (training thread) ------------------------------------------------
+def _settings(rec: Any) -> tuple[str, float, str | None]:
+    """(mode, sample rate, path for raw files or None) of the running profiler."""
+    settings = rec.extras.get("settings")
+    if settings is None:  # no ci.profile(): stats in memory, nothing written
+        return "stats", 0.0, None
+    return settings.snapshots, settings.sample_rate, settings.path
+
+
+def _raw_this_boundary(mode: str, sample_rate: float) -> bool:
+    if mode == "full":
+        return True
+    # Python's own random(): a script that seeds `random` samples the same epochs each run.
+    return mode == "sampled" and sample_rate > 0.0 and random.random() < sample_rate
+
+
+def _start_span(
+    rec: Any, epoch: Any, attributes: dict[str, Any], start_ns: int, events: int
+) -> Any:
+    """The ``snapshot`` span: a child of ``epoch`` with a link to it, room for every event."""
+    context = trace_api.set_span_in_context(epoch)
+    link = epoch.get_span_context()
+    if rec.lean is not None and type(epoch) is ScopeSpan:
+        state = copy.copy(rec.lean)
+        state.max_events = events + 16  # its own limit: no tensor lost to max_events
+        span = ScopeSpan("snapshot", epoch._trace_id, epoch, attributes, state, context, start_ns)
+        span.add_link(link)
+        return span
+    span = rec.tracer.start_span(
+        "snapshot",
+        context=context,
+        attributes=attributes,
+        links=[trace_api.Link(link)],
+        start_time=start_ns,
+    )
+    snapshot_jobs.widen_event_limit(span, events + 16)
+    return span
+
+
+def _metadata(rec: Any, epoch: Any, model_name: str) -> dict[str, str]:
+    """What the safetensors files record besides the tensors: model, epoch, step."""
+    metadata = {"model": model_name}
+    index = (getattr(epoch, "attributes", None) or {}).get("index")
+    if index is not None:
+        metadata["epoch"] = str(index)
+    loop = rec.extras.get("training_loop")
+    if loop is not None:
+        metadata["step"] = str(loop.step_index)  # steps opened so far in the run
+    return metadata
+
+
+def _take_one(
+    rec: Any, epoch: Any, name: str, model: Any, mode: str, directory: str | None
+) -> None:
+    adapter = adapter_for(model)
+    if adapter is None:
+        rec.health.warn_once(
+            f"snapshot-{name}", "cirron: no snapshot adapter for %r; it is skipped", name
+        )
+        return
+    if not snapshot_jobs.wait_for_room():
+        rec.health.add("snapshots_dropped")
+        rec.health.warn_once(
+            "snapshot-backlog",
+            "cirron: snapshots fell %d boundaries behind; this one is dropped "
+            "(counted in ci.health()['snapshots_dropped'])",
+            snapshot_jobs.MAX_PENDING,
+        )
+        return
+    start_ns = time.time_ns()
+    capture = adapter.capture(model, raw=directory is not None)
+    try:
+        attributes = {"snapshot.mode": mode, "snapshot.model": name}
+        span = _start_span(rec, epoch, attributes, start_ns, capture.tensor_count)
+        if directory is not None:
+            directory = os.path.join(directory, f"{span.get_span_context().span_id:016x}")
+        job = snapshot_jobs.Job(
+            span, capture, rec.health, start_ns, directory, _metadata(rec, epoch, name)
+        )
+    except BaseException:
+        capture.release()
+        raise
+    snapshot_jobs.submit(job)
+
+
+def take(epoch: Any) -> None:
+    """Snapshot every watched model; ``epoch`` is the span about to end."""
+    rec = recorder.current
+    if rec is None or not rec.enabled or not rec.extras.get("watched"):
+        return
+    if not epoch.is_recording():
+        return
+    from .watch import watched_models
+
+    mode, sample_rate, path = _settings(rec)
+    raw = path is not None and _raw_this_boundary(mode, sample_rate)
+    directory = os.path.abspath(os.path.join(path, "snapshots")) if raw and path else None
+    for name, model in watched_models().items():
+        try:
+            _take_one(rec, epoch, name, model, mode, directory)
+        except Exception as error:  # noqa: BLE001 - one model's failure spares the others
+            rec.health.failed("snapshot", error)
+
+
+def prepare(model: Any) -> None:
+    """A model was just watched: let its adapter get ready, off the training thread."""
+    adapter = adapter_for(model)
+    rec = recorder.current
+    if adapter is not None and rec is not None:
+        mode, _, path = _settings(rec)
+        snapshot_jobs.run_later(adapter.prepare, model, mode != "stats" and path is not None)
+
+
+def drain(timeout: float) -> bool:
+    """Wait (up to ``timeout`` seconds) until every snapshot taken so far is finished."""
+    return snapshot_jobs.drain(timeout)
+
+
+boundaries.before_epoch_end("snapshot", take)
