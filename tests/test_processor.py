@@ -124,7 +124,7 @@ def test_spool_files_are_named_by_pid_and_sequence_and_never_half_written():
     umask = os.umask(0)
     os.umask(umask)
     mode = stat.S_IMODE(os.stat(f".cirron/spool/{files[0]}").st_mode)
-    assert mode == 0o666 & ~umask
+    assert mode == 0o664 & ~umask  # never writable by others (cirron.files)
     assert ci.health()["spool_bytes"] == sum(os.path.getsize(f".cirron/spool/{f}") for f in files)
 
 
