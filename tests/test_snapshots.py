@@ -272,6 +272,23 @@ def test_raw_tensors_load_back_equal_to_the_parameters_at_that_epoch(mode):
     assert tensors["out.weight"].dtype == torch.bfloat16
 
 
+def test_a_model_of_many_megabytes_is_copied_exactly():
+    # Copied in chunks by two threads: each byte must land where it belongs.
+    ci.profile(snapshots="full", frameworks=[])
+    model = nn.Sequential(nn.Linear(1500, 1500), nn.Linear(1500, 3, dtype=torch.float64))
+    ci.watch(model)
+    for _ in ci.epochs(range(1)):
+        model[1](model[0](torch.randn(2, 1500)).double()).sum().backward()
+        expected = copies(model)
+    (snapshot,) = finished_spans("snapshot")
+    found = attributes(snapshot["attributes"])
+    for kind, attribute in (("weight", "weights_path"), ("gradient", "gradients_path")):
+        tensors, _ = load(found[f"snapshot.{attribute}"])
+        assert all(torch.equal(tensors[n], expected[kind][n]) for n in expected[kind])
+    weight = {name: a for name, a in events(snapshot) if a["kind"] == "weight"}["0.weight"]
+    assert weight["max"] == expected["weight"]["0.weight"].max().item()
+
+
 def test_sample_rate_zero_writes_no_file_but_still_records_the_stats():
     ci.profile(snapshots="sampled", sample_rate=0.0)
     model = Net()
@@ -371,3 +388,37 @@ def test_a_model_on_a_gpu_is_summarised_on_the_device_and_its_raw_tensors_come_b
             tensor = expected[record["kind"]][name]
             assert record["mean"] == pytest.approx(tensor.mean().item(), abs=1e-6)
             assert record["max"] == tensor.max().item()
+
+
+def test_on_a_provider_with_its_own_sampler_the_snapshot_is_an_sdk_span_with_every_event(
+    tmp_path,
+):
+    completed = run_python(
+        """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+        provider = TracerProvider(sampler=TraceIdRatioBased(1.0))
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        import torch, cirron as ci
+        from torch import nn
+        ci.profile(output="none", config={"max_events": 2})
+        model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+        ci.watch(model)
+        for _ in ci.epochs(range(1)):
+            model(torch.ones(1, 2)).sum().backward()
+        ci.shutdown()
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        snapshot, epoch = spans["snapshot"], spans["epoch"]
+        print(type(snapshot).__module__, len(snapshot.events), snapshot.dropped_events,
+              snapshot.parent.span_id == epoch.context.span_id,
+              [link.context.span_id for link in snapshot.links] == [epoch.context.span_id])
+        """,
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["opentelemetry.sdk.trace", "8", "0", "True", "True"]

@@ -20,12 +20,16 @@ The work is split where the values could change:
 Modes (``ci.profile(snapshots=...)``): ``stats`` (the default) records the
 events only; ``full`` also writes ``weights.safetensors`` and
 ``gradients.safetensors`` under ``<path>/snapshots/<span id>/`` at every
-boundary; ``sampled`` does so at a boundary when ``random.random() < sample_rate`` (Python's global generator: seed
-it with ``random.seed(n)`` and a re-run samples the same epochs). Raw files
-are written only under ``ci.profile()``.
+boundary; ``sampled`` does so at a boundary when ``random.random() <
+sample_rate`` (Python's global generator: seed it with ``random.seed(n)`` and
+a re-run samples the same epochs). Raw files are written only under
+``ci.profile()``.
 
 Adapters (one per framework, loaded only once that framework is imported)
-turn a model into a :class:`Capture`; see :data:`ADAPTERS`.
+turn a model into a :class:`Capture`; see :data:`ADAPTERS`. A Keras or HF
+hook plugs in by adding its adapter there, and gets its models snapshotted by
+calling ``ci.watch`` on them and :func:`cirron.boundaries.epoch_ending` before
+the epoch span it owns ends.
 """
 
 from __future__ import annotations
