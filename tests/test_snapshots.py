@@ -289,6 +289,22 @@ def test_a_model_of_many_megabytes_is_copied_exactly():
     assert weight["max"] == expected["weight"]["0.weight"].max().item()
 
 
+def test_snapshot_files_are_never_writable_by_others_whatever_the_umask():
+    previous = os.umask(0)
+    try:
+        ci.profile(snapshots="full", frameworks=[])
+        model = nn.Linear(2, 2)
+        ci.watch(model)
+        for _ in ci.epochs(range(1)):
+            model(torch.ones(1, 2)).sum().backward()
+        (snapshot,) = finished_spans("snapshot")
+    finally:
+        os.umask(previous)
+    path = attributes(snapshot["attributes"])["snapshot.weights_path"]
+    assert os.stat(path).st_mode & 0o777 == 0o664
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o775
+
+
 def test_sample_rate_zero_writes_no_file_but_still_records_the_stats():
     ci.profile(snapshots="sampled", sample_rate=0.0)
     model = Net()

@@ -25,6 +25,7 @@ from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
+from . import files
 from .health import Health
 from .snapshot_records import event_attributes
 
@@ -78,11 +79,19 @@ class Job:
 def _write_atomically(
     capture: Any, kind: str, path: str, metadata: dict[str, str], health: Health
 ) -> bool:
-    temporary = f"{path}.{os.getpid()}.tmp"
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        files.make_directory(directory)
+        # cirron's file mode minus the umask, as the kernel applies it (never writable by
+        # others); the library writes with a mode of its own, so it is set afterwards.
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, files.FILE_MODE)
+        mode = os.fstat(handle).st_mode & 0o777
+        os.close(handle)
         if not capture.save(kind, temporary, metadata):
+            os.remove(temporary)
             return False  # no tensors of this kind (no gradients yet)
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
         return True
     except Exception as error:  # noqa: BLE001 - a lost file never stops training
