@@ -1,12 +1,12 @@
 """Promise 1: an OTLP backend that is down, slow or failing never hurts the training run.
 
 The same steady training script runs against a live collector (rotel) and
-against three broken backends: a closed port (connections refused), a black
-hole (accepts, never answers) and an HTTP server answering 503. With the
-backend broken, the script trains as fast as with it up, its memory stays
-flat, every span still reaches the spool, the losses are counted in
-``ci.health()``, the log gets a handful of lines rather than one per batch,
-and the process exits within ``exit_timeout``.
+against four broken backends: a closed port (connections refused), a black
+hole (accepts, never answers) and HTTP servers answering 503 (retried) and 500
+(not retried). With the backend broken, the script trains as fast as with it
+up, its memory stays flat, every span still reaches the spool, the losses are
+counted in ``ci.health()``, the log gets a handful of lines rather than one per
+batch, and the process exits within ``exit_timeout``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from faults import BlackHole, ErrorServer, SteadyRun, assert_spool_intact, close
 import cirron as ci
 from otlp_receiver import OtlpReceiver
 
-BACKENDS = ("refused", "black-hole", "503")
+BACKENDS = ("refused", "black-hole", "503", "500")
 # A steady loop of about 3 s: 1200 batches of two 0.8 ms scopes, a flush every 0.2 s.
 SPEED_RUN = ("--batches", "1200", "--work", "20000", "--flush-interval", "0.2")
 # Each failed export gives up after 1 s (the default is 10 s), so a short run sees many.
@@ -34,7 +34,7 @@ FAST_FAILURE = {"OTEL_EXPORTER_OTLP_TIMEOUT": "1", "CIRRON_EXIT_TIMEOUT": "1"}
 @pytest.fixture(scope="module")
 def servers():
     """The broken backends and a live collector, for the whole module."""
-    with BlackHole() as black_hole, ErrorServer(503) as unavailable:
+    with BlackHole() as black_hole, ErrorServer(503) as unavailable, ErrorServer(500) as failing:
         receiver = OtlpReceiver().start()
         try:
             yield {
@@ -42,6 +42,7 @@ def servers():
                 "refused": f"http://127.0.0.1:{closed_port()}",
                 "black-hole": f"http://127.0.0.1:{black_hole.port}",
                 "503": f"http://127.0.0.1:{unavailable.port}",
+                "500": f"http://127.0.0.1:{failing.port}",
                 "_black_hole": black_hole,
                 "_unavailable": unavailable,
                 "_receiver": receiver,
@@ -134,7 +135,7 @@ def test_a_dead_backend_gets_a_few_log_lines_not_one_per_batch(speed_runs, backe
 
 EXIT_CASES = [
     (target, protocol, exit_timeout)
-    for target in ("refused", "black-hole", "503")
+    for target in ("refused", "black-hole", "503")  # 500: like 503, without the retries
     for protocol in ("http/protobuf", "grpc")
     for exit_timeout in (None, "1")
     if not (target == "503" and protocol == "grpc")  # the error server speaks HTTP/1.1

@@ -1,7 +1,8 @@
 """Promise 8: private files, secrets kept, nothing sent unasked, hostile values contained.
 
 - Spool files and directories get the user's umask and are never writable by
-  others, whatever the umask.
+  others, whatever the umask (snapshot files: ``tests/test_snapshots.py::
+  test_snapshot_files_are_never_writable_by_others_whatever_the_umask``).
 - OTLP headers (API keys) reach the backend and nowhere else: not the log (at
   DEBUG, with a backend refusing them), not the spool, not ``ci.health()``.
 - Without an OTLP endpoint cirron opens no socket at all (an audit hook
