@@ -150,6 +150,24 @@ def test_ci_epochs_boundaries_are_snapshotted_without_any_hooks():
     assert {attributes(s["attributes"])["snapshot.model"] for s in snapshots} == {"policy"}
 
 
+def test_one_epoch_seen_by_ci_epochs_and_the_hooks_gets_one_snapshot():
+    ci.profile()
+    model = Net()
+    ci.watch(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = loader()
+    for _ in ci.epochs(range(2)):
+        for (x,) in data:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+    epochs = finished_spans("epoch")
+    assert len(epochs) == 2
+    assert sorted(s["parentSpanId"] for s in finished_spans("snapshot")) == sorted(
+        e["spanId"] for e in epochs
+    )
+
+
 def test_no_tensor_is_lost_to_the_event_limit():
     ci.profile(config={"max_events": 3})
     model = nn.Sequential(nn.Linear(4, 2), *[nn.Linear(2, 2) for _ in range(4)])
