@@ -207,3 +207,22 @@ def test_list_output_fans_out_to_every_sink(output, capsys):
     report = ci.health()
     assert sorted(report["sinks"]) == sorted(output)
     assert all(sink["exported"] == 1 for sink in report["sinks"].values())
+
+
+def test_a_burst_faster_than_a_local_sink_loses_nothing():
+    class Slow(Collecting):
+        def export(self, spans):
+            time.sleep(0.002)  # slower than the spans come in
+            return super().export(spans)
+
+    slow = Slow()
+    health = Health()
+    sink = SinkWorker("spool", slow, health, max_queued=32, wait_for_room=1.0)
+    processor = RingBufferSpanProcessor(TraceStore(100), health, [sink], 64, 60.0)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    make_spans(provider.get_tracer("test"), 3000)
+    processor.force_flush()
+    assert health.snapshot()["spans_dropped"] == 0 and sink.dropped == 0
+    assert [s.attributes["i"] for s in slow.spans] == list(range(3000))
+    processor.shutdown()

@@ -37,8 +37,8 @@ class Settings:
     flush_interval: float = 1.0
     path: str = ".cirron"
     output: tuple[str, ...] = ("spool",)
-    buffer_size: int = 16384
-    trace_buffer: int = 20000
+    buffer_size: int = 8192
+    trace_buffer: int = 10000
     exit_timeout: float = 3.0
     max_events: int = 10000
     epoch_steps: int = 1000  # optimizer steps per epoch when no DataLoader shows epochs

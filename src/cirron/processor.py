@@ -31,7 +31,8 @@ from .health import Health
 from .spans import ScopeSpan
 from .store import TraceStore
 
-_MAX_QUEUED_BATCHES = 64
+_MAX_QUEUED_SPANS = 4096  # per sink: what a sink that can't keep up may hold in memory
+_MAX_ROOM_WAIT = 0.25  # seconds the training thread gives a flush thread that is behind
 _MAX_DEFER_SECONDS = 10.0  # how long a span may wait for a deferred attribute
 _live_processors: weakref.WeakSet[RingBufferSpanProcessor] = weakref.WeakSet()
 SINK_THREAD_PREFIX = "cirron-sink-"
@@ -53,8 +54,21 @@ def _report_restart(health: Health, thread: str, error: BaseException) -> None:
 class SinkWorker:
     """One exporter, its own thread and a bounded queue of batches."""
 
-    def __init__(self, name: str, exporter: SpanExporter, health: Health) -> None:
+    def __init__(
+        self,
+        name: str,
+        exporter: SpanExporter,
+        health: Health,
+        max_queued: int = _MAX_QUEUED_SPANS,
+        wait_for_room: float = 0.0,
+    ) -> None:
         self.name = name
+        self.max_queued = max_queued
+        # A local sink (a file, a stream) that is only behind is waited for, up
+        # to this long, before spans for it are dropped; a network sink never is.
+        self.wait_for_room = wait_for_room
+        self._stuck = False
+        self._queued = 0  # spans waiting in _queue
         self.exporter = exporter
         self.exported = 0
         self.dropped = 0
@@ -72,19 +86,35 @@ class SinkWorker:
         self._thread.start()
 
     def submit(self, batch: Sequence[ReadableSpan]) -> None:
+        """Queue ``batch``; what doesn't fit under ``max_queued`` spans is dropped and counted."""
         self.ensure_running()
         with self._wakeup:
-            if len(self._queue) >= _MAX_QUEUED_BATCHES:
-                self.dropped += len(batch)
+            # An empty queue takes any batch (one ring's worth at most).
+            if self._queued and self._queued + len(batch) > self.max_queued:
+                # Waited for once per stall: a sink that made no room in time is
+                # stuck (a hung disk) and is not waited for again until it exports.
+                if self.wait_for_room > 0 and not self._stuck:
+                    self._stuck = not self._wakeup.wait_for(
+                        lambda: not self._queued or self._stopping, self.wait_for_room
+                    )
+            room = (
+                max(self.max_queued, len(batch))
+                if not self._queued
+                else (self.max_queued - self._queued)
+            )
+            if len(batch) > room:
+                self.dropped += len(batch) - max(room, 0)
+                batch = batch[: max(room, 0)]
                 self._health.warn_once(
                     f"sink-full-{self.name}",
                     "cirron: the %s sink can't keep up (slow or unreachable); "
                     "spans for it are dropped and counted in ci.health()",
                     self.name,
                 )
-                return
-            self._queue.append(batch)
-            self._wakeup.notify()
+            if batch:
+                self._queue.append(batch)
+                self._queued += len(batch)
+                self._wakeup.notify()
 
     def wait_idle(self, deadline: float) -> bool:
         """Wait until everything submitted so far is exported, or ``deadline``."""
@@ -141,6 +171,7 @@ class SinkWorker:
                 if not self._queue:
                     return
                 batch = self._queue.popleft()
+                self._queued -= len(batch)
                 self._busy = True
                 self._in_flight = len(batch)
             try:
@@ -149,6 +180,7 @@ class SinkWorker:
                 with self._wakeup:
                     self._busy = False
                     self._in_flight = 0
+                    self._stuck = False  # it moved: wait for it again when it is behind
                     self._wakeup.notify_all()
 
     def _export(self, batch: Sequence[ReadableSpan]) -> None:
@@ -185,7 +217,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         store: TraceStore,
         health: Health,
         sinks: Sequence[SinkWorker] = (),
-        capacity: int = 16384,
+        capacity: int = 8192,
         flush_interval: float = 1.0,
     ) -> None:
         self.store = store
@@ -200,6 +232,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._wake_at = max(1, capacity // 2)
         self._interval = flush_interval
         self._wakeup = threading.Event()
+        self._stuck = False  # the flush thread made no room when asked; cleared by a drain
         self._drain_lock = threading.RLock()  # re-entrant: a signal handler may flush
         self._restart_lock = threading.Lock()
         self._stopped = False
@@ -224,15 +257,35 @@ class RingBufferSpanProcessor(SpanProcessor):
         next(self._ended)  # health: spans_ended
         if self.sinks:
             ring = self._ring
-            if len(ring) < self.capacity:
+            if len(ring) < self.capacity or self._make_room():
                 ring.append(span)
                 if len(ring) >= self._wake_at:
                     self._wakeup.set()
             else:
-                self._enqueue(span)  # full: counts the drop
+                self._enqueue(span)  # still full: counts the drop
         # Last: while a span is still among the store's open spans, the signal
         # path knows it may not have reached the ring yet (see on_end_interrupted).
         self.store.ended(span)
+
+    def _make_room(self) -> bool:
+        """The ring is full: spans come faster than the flush thread exports them.
+
+        That only happens in a burst of hundreds of thousands of spans a
+        second from a loop that never releases the interpreter. Rather than
+        drop them, give the flush thread the GIL for up to ``_MAX_ROOM_WAIT``;
+        if it made no room in that time it is stuck (a hung disk), and from
+        then on spans are dropped and counted until it drains again.
+        """
+        if self._stuck or threading.current_thread() is self._thread:
+            return False
+        self._wakeup.set()
+        deadline = time.monotonic() + _MAX_ROOM_WAIT
+        while len(self._ring) >= self.capacity:
+            if time.monotonic() >= deadline or self._stopped:
+                self._stuck = True
+                return False
+            time.sleep(0.0002)  # releases the GIL
+        return True
 
     def _enqueue(self, span: ReadableSpan) -> None:
         """Into the ring, or dropped and counted when it is full (never waits)."""
@@ -316,6 +369,7 @@ class RingBufferSpanProcessor(SpanProcessor):
                     batch.append(ring.popleft())
                 except IndexError:
                     break
+            self._stuck = False
             batch, self._waiting = self._ready(batch, final)
             if batch:
                 self._health.add("spans_exported", len(batch))

@@ -73,7 +73,16 @@ class Profiler:
             sinks = exporters.build_sinks(
                 settings.output, settings.path, False, settings.spool_max_bytes
             )
-        self.workers = [SinkWorker(name, exporter, health) for name, exporter in sinks.items()]
+        self.workers = [
+            SinkWorker(
+                name,
+                exporter,
+                health,
+                max(1, settings.buffer_size // 2),
+                wait_for_room=0.0 if name == "otlp" else 1.0,
+            )
+            for name, exporter in sinks.items()
+        ]
         processor = RingBufferSpanProcessor(
             store, health, self.workers, settings.buffer_size, settings.flush_interval
         )

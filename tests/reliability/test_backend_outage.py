@@ -131,6 +131,33 @@ def test_a_dead_backend_gets_a_few_log_lines_not_one_per_batch(speed_runs, backe
     assert failures >= 2  # so the repeats really were there to suppress
 
 
+@pytest.mark.slow
+def test_memory_stays_flat_while_the_backend_black_holes(servers, tmp_path, figures):
+    # Many small spans for 8 s against an exporter stuck for its whole 10 s timeout:
+    # the otlp sink's bounded queue fills and then drops (counted), the rest is flat.
+    run = run_steady(
+        tmp_path,
+        "--seconds", "8", "--scopes", "8", "--work", "300", "--report-every", "0.25",
+        OTEL_EXPORTER_OTLP_ENDPOINT=servers["black-hole"],
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    statuses = run.statuses
+    assert len(statuses) >= 20, statuses
+    rss_mb = [status["rss_kb"] / 1024 for status in statuses]
+    half = len(rss_mb) // 2
+    filled = statistics.median(rss_mb[half // 2 : half])  # every buffer full by then
+    growth = max(rss_mb[half:]) - filled
+    figures["black hole, 8 s: spans, RSS with the buffers full, growth after (MB)"] = (
+        f"{run.health['spans_ended']}, {filled:.1f}, {growth:.1f}"
+    )
+    assert run.health["spans_ended"] > 50_000  # more than every buffer together holds
+    assert growth < 16, rss_mb
+    assert run.health["sinks"]["otlp"]["dropped"] > 0
+    assert run.health["spans_dropped"] == 0
+    assert assert_spool_intact(run.path) == run.health["spans_ended"]
+    assert sum("can't keep up" in line for line in run.warnings()) == 1, run.warnings()
+
+
 # -- exit is bounded, whatever the backend does ---------------------------------------
 
 EXIT_CASES = [
