@@ -196,11 +196,14 @@ def _start_span(
 ) -> Any:
     """A span under the open span of ``context`` (or ``cirron.session``), lean when possible."""
     parent = context.get(_SPAN_KEY)
+    lean = rec.lean
+    # The common case first: inside one of our open spans (an epoch, a step).
+    if type(parent) is ScopeSpan and parent._end_time is None and lean is not None:
+        return ScopeSpan(name, parent._trace_id, parent, attributes, lean, context, start_ns)
     parent_context = context
     if parent is None or not parent.is_recording():
         parent = rec.session  # None on a provider-bound recorder: a root span
         parent_context = rec.session_context
-    lean = rec.lean
     if lean is not None:
         trace_id = lean.new_trace_id() if parent is None else _lean_trace_id(parent)
         if trace_id is not None:
@@ -216,13 +219,7 @@ def _open(
 ) -> tuple[Any, Any, Any]:
     """Start a span and make it current; returns what :func:`close_span` needs."""
     previous = _context_var.get()
-    parent = previous.get(_SPAN_KEY)
-    lean = rec.lean
-    # The common case inline: inside one of our open spans (an epoch, a step).
-    if type(parent) is ScopeSpan and parent._end_time is None and lean is not None:
-        span = ScopeSpan(name, parent._trace_id, parent, attributes, lean, previous, start_ns)
-    else:
-        span = _start_span(rec, name, attributes, start_ns, previous)
+    span = _start_span(rec, name, attributes, start_ns, previous)
     return span, _context_var.set(Context({**previous, _SPAN_KEY: span})), previous
 
 
@@ -261,14 +258,7 @@ def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
     rec = recorder.current or recorder.active()
     if not rec.enabled:
         return
-    context = _context_var.get()
-    parent = context.get(_SPAN_KEY)
-    lean = rec.lean
-    if type(parent) is ScopeSpan and parent._end_time is None and lean is not None:
-        span = ScopeSpan(name, parent._trace_id, parent, attributes, lean, context, start_ns)
-    else:
-        span = _start_span(rec, name, attributes, start_ns, context)
-    span.end()
+    _start_span(rec, name, attributes, start_ns, _context_var.get()).end()
 
 
 def current_span() -> Any:
