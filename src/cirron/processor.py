@@ -256,13 +256,7 @@ class RingBufferSpanProcessor(SpanProcessor):
             return
         next(self._ended)  # health: spans_ended
         if self.sinks:
-            ring = self._ring
-            if len(ring) < self.capacity or self._make_room():
-                ring.append(span)
-                if len(ring) >= self._wake_at:
-                    self._wakeup.set()
-            else:
-                self._enqueue(span)  # still full: counts the drop
+            self._enqueue(span, wait=True)
         # Last: while a span is still among the store's open spans, the signal
         # path knows it may not have reached the ring yet (see on_end_interrupted).
         self.store.ended(span)
@@ -287,10 +281,10 @@ class RingBufferSpanProcessor(SpanProcessor):
             time.sleep(0.0002)  # releases the GIL
         return True
 
-    def _enqueue(self, span: ReadableSpan) -> None:
-        """Into the ring, or dropped and counted when it is full (never waits)."""
+    def _enqueue(self, span: ReadableSpan, wait: bool) -> None:
+        """Into the ring, or dropped and counted when it is full (``wait``: see _make_room)."""
         ring = self._ring
-        if len(ring) >= self.capacity:
+        if len(ring) >= self.capacity and not (wait and self._make_room()):
             self._health.add("spans_dropped")
             self._health.warn_once(
                 "ring-full",
@@ -308,7 +302,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         if self._stopped:
             return
         if self.sinks and not any(queued is span for queued in list(self._ring)):
-            self._enqueue(span)
+            self._enqueue(span, wait=False)  # a signal handler: never wait
         self.store.ended(span)
 
     @property

@@ -99,6 +99,22 @@ def _leave(entered: tuple[Any, Any], error: BaseException | None = None) -> None
         _health_failed(failure)
 
 
+def _call_within(entered: tuple[Any, Any] | None, function: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call ``function`` inside the span from :func:`_enter` (if any), then close it.
+
+    The call's own exceptions propagate unchanged, recorded on the span.
+    """
+    if entered is None:
+        return function(*args, **kwargs)
+    try:
+        result = function(*args, **kwargs)
+    except BaseException as error:
+        _leave(entered, error)
+        raise
+    _leave(entered)
+    return result
+
+
 def _recorded_event() -> Any:
     event = _cuda[0].Event(enable_timing=True)
     event.record()
@@ -184,15 +200,7 @@ def _make_module_call(original: Any) -> Any:
             # A loss module (and any module inside it, e.g. a perceptual loss's
             # network) is not a forward of the model.
             entered = None if isinstance(self, loss_class) else _enter_forward(self)
-            if entered is None:
-                return original(self, *args, **kwargs)
-            try:
-                result = original(self, *args, **kwargs)
-            except BaseException as error:
-                _leave(entered, error)
-                raise
-            _leave(entered)
-            return result
+            return _call_within(entered, original, self, *args, **kwargs)
         finally:
             inside[0] = False
 
@@ -233,16 +241,7 @@ def _make_backward(original: Any) -> Any:
     """Our ``torch.autograd.backward``; ``Tensor.backward`` calls it, so one patch covers both."""
 
     def backward(*args: Any, **kwargs: Any) -> Any:
-        entered = _enter_backward()
-        if entered is None:
-            return original(*args, **kwargs)
-        try:
-            result = original(*args, **kwargs)
-        except BaseException as error:
-            _leave(entered, error)
-            raise
-        _leave(entered)
-        return result
+        return _call_within(_enter_backward(), original, *args, **kwargs)
 
     backward.__wrapped__ = original  # type: ignore[attr-defined]
     backward.__name__ = "backward"
