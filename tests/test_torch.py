@@ -328,6 +328,38 @@ def test_ci_epochs_around_a_plain_loader_loop_gives_one_epoch_each():
     assert [[m["name"] for m in e["marks"]] for e in epochs] == [["epoch_done"]] * 2
 
 
+@pytest.mark.parametrize("source", ["manual batches", "loader left early"])
+def test_ci_epochs_ends_the_step_still_open_at_its_end(source):
+    # A step stays open until the next one begins; the last step of a
+    # ci.epochs epoch must end with that epoch, not leak into the next one.
+    profile(config={"epoch_steps": 2})  # a fallback boundary that must not fire here
+    model = make_model()
+    loader = DataLoader(make_data(40), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    x, y = make_data(4).tensors
+    for _epoch in ci.epochs(range(3)):
+        if source == "manual batches":
+            for _ in range(3):
+                ci.mark("loss", train_step(model, optimizer, loss_fn, x, y))
+        else:
+            for i, (x, y) in enumerate(loader):
+                ci.mark("loss", train_step(model, optimizer, loss_fn, x, y))
+                if i == 2:
+                    break
+
+    session = session_tree()
+    epochs = named(session, "epoch")
+    assert [e["index"] for e in epochs] == [0, 1, 2]
+    assert all(e["parent_id"] == session["span_id"] for e in epochs)
+    assert [[s["index"] for s in kids(e, "step")] for e in epochs] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert len(named(session, "step")) == 9
+    for epoch in epochs:
+        for step in kids(epoch, "step"):
+            assert step["end_ns"] <= epoch["end_ns"]
+            assert [m["name"] for m in step["marks"]] == ["loss"]
+
+
 @pytest.mark.parametrize("source", ["dataloader", "list"])
 def test_ci_batches_without_ci_epochs_never_nests_an_epoch_in_a_batch(source):
     profile()

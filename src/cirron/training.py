@@ -30,6 +30,7 @@ from typing import Any
 
 from . import boundaries, recorder
 from .scopes import Scope, close_span, current_span, current_span_chain, open_span
+from .spans import ScopeSpan
 
 DEFAULT_EPOCH_STEPS = 1000
 
@@ -151,9 +152,41 @@ class TrainingLoop:
                     self._open_epoch()
             self.stepped = True
 
+    def epoch_ending(self, epoch_span: Any) -> None:
+        """An epoch someone else opened (``ci.epochs``, a framework) is ending.
+
+        A step stays open until the next one begins, so the last step of that
+        epoch is still open here: it ends with its epoch, not in the next one.
+        """
+        with self._lock:
+            if self.step is not None and _inside(self.step[0], epoch_span):
+                self._close_step()
+
     def close(self) -> None:
         with self._lock:
             self._close_epoch()
+
+
+def _inside(span: Any, ancestor: Any) -> bool:
+    """``span`` is ``ancestor`` or one of its descendants."""
+    while isinstance(span, ScopeSpan):
+        if span is ancestor:
+            return True
+        span = span._parent_span
+    if span is ancestor:
+        return True
+    parent = getattr(span, "parent", None)  # an SDK span knows only its parent's context
+    return parent is not None and parent.span_id == ancestor.get_span_context().span_id
+
+
+def _epoch_ending(epoch_span: Any) -> None:
+    rec = recorder.current
+    state = rec.extras.get("training_loop") if rec is not None else None
+    if state is not None:
+        state.epoch_ending(epoch_span)
+
+
+boundaries.before_epoch_end("training loop", _epoch_ending)
 
 
 def loop() -> TrainingLoop:
