@@ -352,7 +352,11 @@ def test_ci_epochs_ends_the_step_still_open_at_its_end(source):
     epochs = named(session, "epoch")
     assert [e["index"] for e in epochs] == [0, 1, 2]
     assert all(e["parent_id"] == session["span_id"] for e in epochs)
-    assert [[s["index"] for s in kids(e, "step")] for e in epochs] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert [[s["index"] for s in kids(e, "step")] for e in epochs] == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6, 7, 8],
+    ]
     assert len(named(session, "step")) == 9
     for epoch in epochs:
         for step in kids(epoch, "step"):
