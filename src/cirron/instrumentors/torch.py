@@ -46,7 +46,8 @@ from ..watch import unwrap
 _SITE = "torch hook"
 
 
-_inside_forward = [False]  # an outermost module call is running (any thread)
+_inside_forward = False  # an outermost module call is running (any thread)
+_loss_class: list[Any] = [None]  # torch.nn.modules.loss._Loss once attached
 _inside_train = [False]
 # Outermost modules seen so far: id -> (weak reference, class name of the model
 # inside any DDP / compile wrapper). Tells training loaders from validation
@@ -171,38 +172,51 @@ def _enter_forward(module: Any) -> tuple[Any, Any] | None:
     return _enter("forward", attributes)
 
 
+def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
+    """An outermost module call: a ``forward`` span around ``original``."""
+    global _inside_forward
+    _inside_forward = True
+    try:
+        # A loss module (and any module inside it, e.g. a perceptual loss's
+        # network) is not a forward of the model.
+        entered = None if isinstance(self, _loss_class[0]) else _enter_forward(self)
+        return _call_within(entered, original, self, *args, **kwargs)
+    finally:
+        _inside_forward = False
+
+
 def _make_module_call(original: Any) -> Any:
     """Our ``nn.Module.__call__``: a span for the outermost call only.
 
-    Submodules take the first branch: it does what torch's own ``__call__``
-    (``_wrapped_call_impl``) does, in the same single Python frame, after one
-    read of a module-level flag, so a model of 400 modules pays ~400 flag
-    reads per forward and nothing else. The flag is process-wide, not per
-    thread: a module another thread calls while a forward runs is not a span
-    of its own. A loss module called on its own is not a span either (see
-    the README): its few microseconds show as the gap between ``forward``
-    and ``backward`` inside the step.
+    Submodules take the first branch, one read of a module-level flag, and
+    then do what torch's own ``__call__`` (``_wrapped_call_impl``) does in
+    the same single Python frame, so a model of 400 modules pays ~400 flag
+    reads per forward and nothing else (the flag is a plain global: a read
+    through a closure cell or a list costs several times more, per call of
+    every submodule). The flag is process-wide, not per thread: a module
+    another thread calls while a forward runs is not a span of its own. A
+    loss module called on its own is not a span either (see the README):
+    its few microseconds show as the gap between ``forward`` and
+    ``backward`` inside the step.
     """
-    inline = getattr(original, "__name__", "") == "_wrapped_call_impl"
-    inside = _inside_forward
-    loss_class = _torch().nn.modules.loss._Loss
+    _loss_class[0] = _torch().nn.modules.loss._Loss
+    outermost = _outermost_call
 
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if inside[0]:
-            if inline:
-                compiled = self._compiled_call_impl
-                if compiled is not None:
-                    return compiled(*args, **kwargs)
+    if getattr(original, "__name__", "") != "_wrapped_call_impl":  # someone else's __call__
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _inside_forward:
+                return original(self, *args, **kwargs)
+            return outermost(original, self, args, kwargs)
+
+    else:
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            if _inside_forward:
+                if self._compiled_call_impl is not None:
+                    return self._compiled_call_impl(*args, **kwargs)
                 return self._call_impl(*args, **kwargs)
-            return original(self, *args, **kwargs)
-        inside[0] = True
-        try:
-            # A loss module (and any module inside it, e.g. a perceptual loss's
-            # network) is not a forward of the model.
-            entered = None if isinstance(self, loss_class) else _enter_forward(self)
-            return _call_within(entered, original, self, *args, **kwargs)
-        finally:
-            inside[0] = False
+            return outermost(original, self, args, kwargs)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
     return __call__
