@@ -132,6 +132,31 @@ def test_two_epochs_give_two_snapshots_each_a_child_of_its_epoch_with_a_link_to_
     assert not os.path.exists(".cirron/snapshots")  # stats: no files
 
 
+def test_ci_trace_shows_the_snapshot_with_its_tensor_events_and_link():
+    ci.profile(output="none")
+    model = Net()
+    ci.watch(model)
+    train([model], epochs=1)
+    ci.shutdown()
+
+    (epoch,) = ci.trace(format="dict", name="epoch")
+    (snapshot,) = [child for child in epoch["children"] if child["name"] == "snapshot"]
+    assert snapshot["links"] == [
+        {"trace_id": snapshot["links"][0]["trace_id"], "span_id": epoch["span_id"]}
+    ]
+    assert snapshot["marks"] == []  # tensor records are events, not marks
+    assert [(e["name"], e["attributes"]["kind"]) for e in snapshot["events"]] == [
+        (name, kind)
+        for name in ["hidden.weight", "hidden.bias", "out.weight", "out.bias"]
+        for kind in ("weight", "gradient")
+    ]
+    weight = snapshot["events"][0]["attributes"]
+    assert weight["shape"] == [8, 4] and len(weight["histogram"]) == 16
+    assert weight["mean"] == pytest.approx(model.hidden.weight.mean().item(), abs=1e-6)
+    frame = ci.trace(format="df", name="snapshot")
+    assert len(frame.loc[0, "events"]) == 8
+
+
 def test_ci_epochs_boundaries_are_snapshotted_without_any_hooks():
     ci.profile(frameworks=[])
     model = Net()

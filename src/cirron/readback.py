@@ -25,6 +25,7 @@ DF_COLUMNS = [
     "status",
     "attributes",
     "marks",
+    "events",
 ]
 
 
@@ -53,6 +54,20 @@ def _node(span: Any) -> dict[str, Any]:
         {"name": name, "value": value, "kind": "summary", "time_ns": span.end_time}
         for name, value in lines.summary_marks(span)
     ]
+    # Events that are not marks: a snapshot's per-tensor stats, recorded exceptions.
+    events = [
+        {
+            "name": event.name,
+            "time_ns": event.timestamp,
+            "attributes": {key: _plain(value) for key, value in (event.attributes or {}).items()},
+        }
+        for event in span.events
+        if "value" not in (event.attributes or {})
+    ]
+    links = [
+        {"trace_id": format(link.context.trace_id, "032x"), "span_id": _hex(link.context.span_id)}
+        for link in span.links or ()
+    ]
     end = span.end_time
     return {
         "name": span.name,
@@ -65,6 +80,8 @@ def _node(span: Any) -> dict[str, Any]:
         "status": span.status.status_code.name,
         "attributes": attributes,
         "marks": marks,
+        "events": events,
+        "links": links,
         "children": [],
     }
 
