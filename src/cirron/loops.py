@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from . import boundaries, recorder
-from .scopes import Scope
+from .scopes import close_span, open_on
 
 T = TypeVar("T")
 
@@ -39,6 +39,14 @@ def _is_torch_dataloader(iterable: Any) -> bool:
 
 
 class _ScopedLoop(Iterator[T]):
+    """The iterator behind ``ci.epochs`` / ``ci.batches``.
+
+    The span of each item is a bare ``(span, token, context)`` tuple, the
+    hooks' lean path without a Scope object: this runs once per batch. Like
+    the hooks' spans, loop spans don't count toward the scope nesting limit:
+    a loop adds one level.
+    """
+
     __slots__ = ("_iterable", "_iterator", "_name", "_index", "_open", "_timed", "_is_epochs")
 
     def __init__(self, iterable: Iterable[T], name: str, is_epochs: bool) -> None:
@@ -49,7 +57,7 @@ class _ScopedLoop(Iterator[T]):
         self._iterator: Iterator[T] | None = None
         self._name = name
         self._index = 0
-        self._open: Scope | None = None
+        self._open: tuple[Any, Any, Any] | None = None
         self._timed = not is_epochs and _is_torch_dataloader(iterable)
         self._is_epochs = is_epochs
 
@@ -62,44 +70,46 @@ class _ScopedLoop(Iterator[T]):
     def __next__(self) -> T:
         if self._open is not None:
             self.close()
-        if self._iterator is None:
-            self._iterator = iter(self._iterable)
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = iter(self._iterable)
             if not self._is_epochs:
                 try:
-                    _driven.add(self._iterator)
+                    _driven.add(iterator)
                 except TypeError:  # not weak-referenceable: a plain iterator, no hooks care
                     pass
         rec = recorder.current
-        if rec is not None and not rec.enabled:
-            return next(self._iterator)
-        started = _perf_ns() if self._timed else 0
-        item = next(self._iterator)  # StopIteration and errors propagate unchanged
-        waited = _perf_ns() - started if self._timed else 0
-        if self._is_epochs:
-            rec = rec or recorder.active()
-            index = rec.extras.get("epochs_started", 0)
-            rec.extras["epochs_started"] = index + 1
-        else:
-            index = self._index
-        self._index += 1
-        attributes: dict[str, Any] = {"index": index}
+        if rec is None:
+            rec = recorder.active()
+        elif not rec.enabled:
+            return next(iterator)
         if self._timed:
-            attributes["data_load_ns"] = waited
-        scope = Scope(self._name, attributes)
-        scope.__enter__()
-        self._open = scope
+            started = _perf_ns()
+            item = next(iterator)  # StopIteration and errors propagate unchanged
+            attributes = {"index": self._index, "data_load_ns": _perf_ns() - started}
+        else:
+            item = next(iterator)
+            if self._is_epochs:  # epoch indexes count the whole run
+                index = rec.extras.get("epochs_started", 0)
+                rec.extras["epochs_started"] = index + 1
+                attributes = {"index": index}
+            else:
+                attributes = {"index": self._index}
+        self._index += 1
+        if rec.enabled:
+            self._open = open_on(rec, self._name, attributes, None)
         return item
 
     def close(self) -> None:
-        """Close the scope of the current item (done for you by the loop)."""
-        scope, self._open = self._open, None
-        if scope is not None:
+        """Close the span of the current item (done for you by the loop)."""
+        opened, self._open = self._open, None
+        if opened is not None:
             if self._is_epochs:
-                boundaries.epoch_ending(scope.span)
-            scope.__exit__(None, None, None)
+                boundaries.epoch_ending(opened[0])
+            close_span(opened)
 
     def __del__(self) -> None:
-        # A `break` drops the wrapper: close its open scope right there.
+        # A `break` drops the wrapper: close its open span right there.
         try:
             self.close()
         except Exception:  # noqa: BLE001, S110 - never raise from a finalizer

@@ -256,10 +256,24 @@ class RingBufferSpanProcessor(SpanProcessor):
             return
         next(self._ended)  # health: spans_ended
         if self.sinks:
-            self._enqueue(span, wait=True)
+            ring = self._ring
+            if len(ring) < self.capacity:  # _enqueue's common case, inline: once per span
+                ring.append(span)
+                if len(ring) >= self._wake_at:
+                    self._wakeup.set()
+            else:
+                self._enqueue(span, wait=True)
         # Last: while a span is still among the store's open spans, the signal
         # path knows it may not have reached the ring yet (see on_end_interrupted).
-        self.store.ended(span)
+        # TraceStore.ended, inline for the same reason.
+        self._open_spans.pop(
+            span._span_id if type(span) is ScopeSpan else span.context.span_id, None
+        )
+        store = self.store
+        ended = store.ended_deque
+        if len(ended) == store.capacity:
+            next(store.evictions)
+        ended.append(span)
 
     def _make_room(self) -> bool:
         """The ring is full: spans come faster than the flush thread exports them.

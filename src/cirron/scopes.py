@@ -114,7 +114,7 @@ class Scope:
                 self.name,
             )
             return self
-        self._opened = _open(rec, self.name, {**self.attributes}, self.start_ns)
+        self._opened = open_on(rec, self.name, {**self.attributes}, self.start_ns)
         self.span = self._opened[0]
         return self
 
@@ -214,10 +214,10 @@ def _start_span(
     )
 
 
-def _open(
+def open_on(
     rec: Any, name: str, attributes: dict[str, Any], start_ns: int | None
 ) -> tuple[Any, Any, Any]:
-    """Start a span and make it current; returns what :func:`close_span` needs."""
+    """Start a span on recorder ``rec`` and make it current; returns what :func:`close_span` needs."""
     previous = _context_var.get()
     span = _start_span(rec, name, attributes, start_ns, previous)
     return span, _context_var.set(Context({**previous, _SPAN_KEY: span})), previous
@@ -233,11 +233,11 @@ def open_span(
     rec = recorder.current
     if rec is None or not rec.enabled:
         return None
-    return _open(rec, name, attributes, start_ns)
+    return open_on(rec, name, attributes, start_ns)
 
 
 def close_span(opened: tuple[Any, Any, Any], error: BaseException | None = None) -> None:
-    """End a span from :func:`_open` and restore the context it replaced."""
+    """End a span from :func:`open_on` and restore the context it replaced."""
     span, token, previous = opened
     if error is not None and span.is_recording():
         close_with_error(span, error)

@@ -18,21 +18,21 @@ from .spans import ScopeSpan
 class TraceStore:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._ended: collections.deque[Any] = collections.deque(maxlen=capacity)
+        self.ended_deque: collections.deque[Any] = collections.deque(maxlen=capacity)
         self.open: dict[int, Any] = {}  # by span id; the processor adds to it
-        self._evicted = itertools.count()
+        self.evictions = itertools.count()  # next() per evicted span: atomic, lock-free
 
-    # Spans are added to `open` by the processor's on_start (inline, it is the hot path).
+    # The processor's on_start and on_end do this inline (the hot path); keep them alike.
     def ended(self, span: Any) -> None:
         self.open.pop(span._span_id if type(span) is ScopeSpan else span.context.span_id, None)
-        ended = self._ended
+        ended = self.ended_deque
         if len(ended) == self.capacity:
-            next(self._evicted)
+            next(self.evictions)
         ended.append(span)
 
     @property
     def evicted(self) -> int:
-        return _value(self._evicted)
+        return _value(self.evictions)
 
     def open_spans(self) -> list[Any]:
         """Open spans, oldest first (a copy: safe while other threads record)."""
@@ -46,10 +46,10 @@ class TraceStore:
         """Ended spans in the order they ended (a copy)."""
         while True:
             try:
-                return list(self._ended)
+                return list(self.ended_deque)
             except RuntimeError:  # deque mutated by another thread during the copy
                 continue
 
     def clear(self) -> None:
         self.open.clear()
-        self._ended.clear()
+        self.ended_deque.clear()
