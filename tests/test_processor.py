@@ -226,3 +226,37 @@ def test_a_burst_faster_than_a_local_sink_loses_nothing():
     assert health.snapshot()["spans_dropped"] == 0 and sink.dropped == 0
     assert [s.attributes["i"] for s in slow.spans] == list(range(3000))
     processor.shutdown()
+
+
+def test_a_span_ended_by_several_threads_at_once_is_exported_once():
+    # Plain OTel code may end a span from any thread: racing end() calls must
+    # reach the processor once. Threads switch as often as CPython allows.
+    import sys
+
+    from cirron import recorder
+    from cirron.scopes import _start_span
+
+    ci.profile(output="none")
+    rec = recorder.current
+    spans = [_start_span(rec, f"job-{i}", {}, None, rec.session_context) for i in range(5000)]
+    before = ci.health()["spans_ended"]
+    start = threading.Barrier(4)
+
+    def end_them_all():
+        start.wait()
+        for span in spans:
+            span.end()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=end_them_all) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert ci.health()["spans_ended"] - before == len(spans)
+    ended = [n["name"] for n in ci.trace(format="dict")["children"]]
+    assert sorted(ended) == sorted(f"job-{i}" for i in range(5000))
