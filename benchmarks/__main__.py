@@ -5,25 +5,29 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import time
 
-from . import hot_path, process_costs, snapshots, torch_steps
-
-
-def _format(value: float, unit: str) -> str:
-    """``value`` is in ns for ``us`` rows, else already in ``unit``."""
-    if unit == "us":
-        return f"{value / 1000:.2f} us"
-    return f"{value:.2f} {unit}"
+from . import hot_path, process_costs, reference, snapshots, torch_steps
+from .table import print_table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="few rounds: checks it still runs")
     args = parser.parse_args()
+    started = time.monotonic()
+    python = reference.reference_python()
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}; CPU time of the calling thread, "
-        "median of interleaved rounds, empty-loop baseline subtracted"
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f} at start; "
+        "CPU time of the calling thread, median of interleaved rounds, empty-loop baseline "
+        "subtracted"
+    )
+    print(
+        f"reference SDK: cirron-sdk {reference.VERSION} at {python}, the same code in its own "
+        "processes, alternating with ours"
+        if python
+        else "reference SDK: not installed (bash scripts/reference-venv.sh): its columns are -"
     )
     rows = hot_path.run(quick=args.quick)
     try:
@@ -32,15 +36,10 @@ def main() -> None:
     except ImportError:
         print("(torch is not installed: torch rows skipped)")
     rows += process_costs.run(quick=args.quick)
-    header = f"{'operation':<34} {'cirron':>10}  {'baseline (same run)':<36} {'baseline':>10} {'ratio':>7}"
-    print(header)
-    print("-" * len(header))
-    for operation, ours, baseline_name, baseline, *unit in rows:
-        ratio = f"{ours / baseline:.2f}x" if baseline else "-"
-        ours_text, baseline_text = (_format(v, unit[0] if unit else "us") for v in (ours, baseline))
-        print(
-            f"{operation:<34} {ours_text:>10}  {baseline_name:<36} {baseline_text:>10} {ratio:>7}"
-        )
+    minutes, seconds = divmod(round(time.monotonic() - started), 60)
+    print(f"took {minutes} min {seconds} s, load average {os.getloadavg()[0]:.2f} at the end")
+    name = f"reference {reference.VERSION}" if python else "reference"
+    print_table(rows, name)
 
 
 if __name__ == "__main__":

@@ -1,28 +1,34 @@
 """Cost per operation on the calling thread: scope, mark, loop wrapper, disabled scope.
 
 Every case runs ``n`` operations per round; rounds of all cases are
-interleaved so drift hits them alike. The figure is the median over rounds of
-calling-thread CPU time per operation, minus the same loop doing nothing.
+interleaved so drift hits them alike, and each SDK flushes between rounds
+(not timed) so neither runs into a full buffer. The figure is the median over
+rounds of calling-thread CPU time per operation, minus the same loop doing
+nothing.
+
+:func:`measure` runs in fresh processes under this package and under the
+reference SDK alike (:func:`benchmarks.reference.call_snippet`), ours and the
+reference's alternating; the disabled scope in processes of its own, which
+never profiled. The stock OpenTelemetry SDK's cases run beside ours in our
+processes (the reference's venv has no OpenTelemetry).
 """
 
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from typing import Any
 
 import cirron as ci
 
+from . import reference
+from .table import Row
+
 Case = Callable[[int], None]
-
-
-class _NoOpExporter(SpanExporter):
-    def export(self, spans):  # type: ignore[no-untyped-def]
-        return SpanExportResult.SUCCESS
+# Marks per scope in the mark case: under both SDKs' limits (ours keeps 10,000 events a
+# span, the reference 65,536 marks a thread until a flush), so every mark is recorded.
+MARKS_PER_SCOPE = 1000
 
 
 def _bare(n: int) -> None:
@@ -30,30 +36,38 @@ def _bare(n: int) -> None:
         pass
 
 
-def _stock_sdk_case() -> Case:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(_NoOpExporter()))
-    tracer = provider.get_tracer("bench")
+def _stock_sdk_cases() -> dict[str, Case]:
+    """The stock OpenTelemetry SDK's span and event; none where it is not installed."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            SimpleSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+    except ImportError:
+        return {}
 
-    def run(n: int) -> None:
+    class NoOpExporter(SpanExporter):
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(NoOpExporter()))
+    tracer = provider.get_tracer("bench")
+    event_span = tracer.start_span("x")
+
+    def sdk_span(n: int) -> None:
         for _ in range(n):
             with tracer.start_as_current_span("x"):
                 pass
 
-    return run
-
-
-def _stock_event_case() -> Case:
-    provider = TracerProvider()
-    tracer = provider.get_tracer("bench")
-    span = tracer.start_span("x")
-
-    def run(n: int) -> None:
-        add = span.add_event
+    def sdk_event(n: int) -> None:
+        add = event_span.add_event
         for _ in range(n):
             add("loss", {"value": 0.5})
 
-    return run
+    return {"sdk_span": sdk_span, "sdk_event": sdk_event}
 
 
 def _scope(n: int) -> None:
@@ -65,9 +79,10 @@ def _scope(n: int) -> None:
 
 def _mark(n: int) -> None:
     mark = ci.mark
-    with ci.scope("marks"):
-        for _ in range(n):
-            mark("loss", 0.5)
+    for _ in range(n // MARKS_PER_SCOPE):
+        with ci.scope("marks"):
+            for _ in range(MARKS_PER_SCOPE):
+                mark("loss", 0.5)
 
 
 def _batches(n: int) -> None:
@@ -86,54 +101,88 @@ def _rounds(cases: dict[str, Case], n: int, rounds: int) -> dict[str, list[float
     for _ in range(rounds):
         for name, case in cases.items():
             samples[name].append(_measure(case, n))
+        ci.flush()
     return samples
 
 
-def run(quick: bool = False) -> list[tuple[str, float, str, float]]:
-    """Rows of (operation, ours in ns, baseline name, baseline in ns)."""
-    n, rounds = (2_000, 3) if quick else (20_000, 9)
-    with tempfile.TemporaryDirectory() as directory:
-        ci.shutdown()
-        ci.profile(output="none", path=directory, frameworks=[], config={"max_events": 10**6})
-        enabled = _rounds(
-            {
-                "bare": _bare,
-                "scope": _scope,
-                "mark": _mark,
-                "batches": _batches,
-                "sdk_span": _stock_sdk_case(),
-                "sdk_event": _stock_event_case(),
-            },
-            n,
-            rounds,
-        )
-        ci.shutdown()
+def measure(n: int, rounds: int, enabled: bool) -> dict[str, Any]:
+    """ns per operation per round for each case, and what the SDK dropped meanwhile.
+
+    Runs in a fresh subprocess, under whichever ``cirron`` the interpreter
+    has; ``enabled=False`` measures a process that profiles with
+    ``ci.profile(enabled=False)`` from the start, as a user would run it.
+    """
+    if not enabled:
         ci.profile(enabled=False)
-        disabled = _rounds({"bare": _bare, "scope": _scope}, n, rounds)
+        samples = _rounds({"bare": _bare, "disabled": _scope}, n, rounds)
         ci.shutdown()
+        return {"samples": samples, "dropped": {"spans": 0, "marks": 0}}
+    ci.profile(output="none", frameworks=[])
+    cases = {"bare": _bare, "scope": _scope, "mark": _mark, "batches": _batches}
+    samples = _rounds({**cases, **_stock_sdk_cases()}, n, rounds)
+    dropped = reference.dropped(ci.health())
+    ci.shutdown()
+    return {"samples": samples, "dropped": dropped}
 
-    def median(samples: dict[str, list[float]], name: str) -> float:
-        bare = statistics.median(samples["bare"])
-        return max(0.0, statistics.median(samples[name]) - bare)
 
+def _figures(*kinds: list[dict[str, Any]]) -> tuple[dict[str, float], int]:
+    """Median over every round of every process, the empty loop's subtracted; total lost.
+
+    Each kind is the results of the processes of one kind (enabled, disabled);
+    its cases lose the empty loop measured in the same processes.
+    """
+    figures: dict[str, float] = {}
+    lost = 0
+    for results in kinds:
+        samples: dict[str, list[float]] = {}
+        for result in results:
+            for name, values in result["samples"].items():
+                samples.setdefault(name, []).extend(values)
+            lost += result["dropped"]["spans"] + result["dropped"]["marks"]
+        bare = statistics.median(samples.pop("bare"))
+        for name, values in samples.items():
+            figures[name] = max(0.0, statistics.median(values) - bare)
+    return figures, lost
+
+
+def run(quick: bool = False) -> list[Row]:
+    """Rows for the four operations: ours, the stock SDK's, the reference SDK's."""
+    # Full: 15 rounds per SDK, in 3 processes each (3 more for the disabled scope), ours and
+    # the reference's alternating.
+    n, rounds, runs = (2_000, 2, 1) if quick else (10_000, 5, 3)
+    code = reference.call_snippet("hot_path", "measure", n=n, rounds=rounds, enabled=True)
+    ours_on, theirs_on = reference.run_both(code, runs)
+    code = reference.call_snippet("hot_path", "measure", n=n, rounds=rounds, enabled=False)
+    ours_off, theirs_off = reference.run_both(code, runs)
+    ours, ours_lost = _figures(ours_on, ours_off)
+    theirs, theirs_lost = _figures(theirs_on, theirs_off) if theirs_on and theirs_off else ({}, 0)
+    lost = f" ({ours_lost} lost)" if ours_lost else ""
+    lost += f" (reference lost {theirs_lost})" if theirs_lost else ""
+    span, event = "SDK start_as_current_span", "SDK add_event"
     return [
-        (
-            "empty ci.scope",
-            median(enabled, "scope"),
-            "SDK start_as_current_span",
-            median(enabled, "sdk_span"),
+        Row(
+            "empty ci.scope" + lost,
+            ours["scope"],
+            span,
+            ours["sdk_span"],
+            "us",
+            theirs.get("scope"),
         ),
-        ("ci.mark point", median(enabled, "mark"), "SDK add_event", median(enabled, "sdk_event")),
-        (
+        Row("ci.mark point", ours["mark"], event, ours["sdk_event"], "us", theirs.get("mark")),
+        Row(
             "ci.batches per item",
-            median(enabled, "batches"),
-            "SDK start_as_current_span",
-            median(enabled, "sdk_span"),
+            ours["batches"],
+            span,
+            ours["sdk_span"],
+            "us",
+            theirs.get("batches"),
         ),
-        (
+        Row(
             "disabled ci.scope",
-            median(disabled, "scope"),
-            "SDK start_as_current_span",
-            median(enabled, "sdk_span"),
+            ours["disabled"],
+            span,
+            ours["sdk_span"],
+            "us",
+            theirs.get("disabled"),
         ),
     ]

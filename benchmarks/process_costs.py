@@ -1,28 +1,35 @@
-"""Whole-process costs, each measured in a fresh subprocess.
+"""Whole-process costs, each measured in a fresh subprocess, ours and the reference SDK's.
 
 - **Sustained spans**: 200k back-to-back ``ci.scope`` with default settings
   (the spool sink on), total process CPU per span from the first span until
   ``ci.flush()`` returns, so the background encoding and file writes count;
-  plus the spans dropped. Baseline: the stock SDK with its
+  plus the spans dropped, and the CPU per span kept (an SDK that drops a
+  span does not encode or write it). Baseline: the stock SDK with its
   ``BatchSpanProcessor`` and the official OTLP protobuf encoder.
 - **Memory**: peak RSS growth over 1M scopes, each with a mark, with the
-  default buffers. Baseline: the same loop without cirron.
+  default buffers (one run each). Baseline: the same loop with
+  ``ci.profile(enabled=False)``.
 - **Start-up**: what ``import cirron; ci.profile()`` adds to a script that
   has imported torch, in wall time and RSS, and which heavy modules it
   imported (it must import none). Baseline: the script's own ``import torch``.
+
+The functions under "what runs in the subprocess" run under this package or the
+reference SDK alike (:func:`benchmarks.reference.call_snippet`); the runs of
+ours and the reference's alternate. The stock SDK runs under our interpreter
+only (the reference's venv has no OpenTelemetry).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
+import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import reference
+from .table import Row
+
 _HEAVY = ("tensorflow", "keras", "transformers", "jax", "pandas")
 
 
@@ -43,14 +50,8 @@ def _peak_rss_kb() -> int:
     return _status_kb("VmHWM")
 
 
-# -- what runs in the child ------------------------------------------------------------
-def _dropped(health: dict[str, Any]) -> int:
-    """Spans lost anywhere: the ring, or a sink's queue."""
-    sinks = health.get("sinks", {}).values()
-    return int(health["spans_dropped"]) + sum(int(sink["dropped"]) for sink in sinks)
-
-
-def _sustained(n: int) -> dict[str, Any]:
+# -- what runs in the subprocess ------------------------------------------------------
+def sustained(n: int) -> dict[str, Any]:
     import cirron as ci
 
     ci.profile(frameworks=[])
@@ -60,12 +61,18 @@ def _sustained(n: int) -> dict[str, Any]:
             pass
     ci.flush()
     cpu = time.process_time() - started
-    health = ci.health()
+    dropped = reference.dropped(ci.health())
     ci.shutdown()
-    return {"ns": cpu / n * 1e9, "dropped": _dropped(health)}
+    kept = max(1, n - dropped["spans"])
+    return {
+        "ns": cpu / n * 1e9,
+        "ns_kept": cpu / kept * 1e9,
+        "dropped": 100 * dropped["spans"] / n,
+        "files": dropped["files"],
+    }
 
 
-def _sustained_sdk(n: int) -> dict[str, Any]:
+def sustained_sdk(n: int) -> dict[str, Any]:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import (
@@ -92,10 +99,11 @@ def _sustained_sdk(n: int) -> dict[str, Any]:
     provider.force_flush()
     cpu = time.process_time() - started
     provider.shutdown()
-    return {"ns": cpu / n * 1e9, "dropped": n - exported[0]}
+    kept = max(1, exported[0])
+    return {"ns": cpu / n * 1e9, "ns_kept": cpu / kept * 1e9, "dropped": 100 * (n - kept) / n}
 
 
-def _memory(n: int, profiled: bool) -> dict[str, Any]:
+def memory(n: int, profiled: bool) -> dict[str, Any]:
     import cirron as ci
 
     if profiled:
@@ -107,12 +115,14 @@ def _memory(n: int, profiled: bool) -> dict[str, Any]:
         with ci.scope("x"):
             ci.mark("loss", i * 0.5)
     peak = _peak_rss_kb()
-    dropped = _dropped(ci.health()) if profiled else 0
+    dropped = reference.dropped(ci.health()) if profiled else {"spans": 0, "marks": 0}
     ci.shutdown()
-    return {"mb": max(0, peak - before) / 1024, "dropped": dropped}
+    lost = 100 * (dropped["spans"] + dropped["marks"]) / (2 * n)
+    return {"mb": max(0, peak - before) / 1024, "dropped": lost}
 
 
-def _startup(profiled: bool) -> dict[str, Any]:
+def startup(profiled: bool) -> dict[str, Any]:
+    os.environ["OMP_NUM_THREADS"] = "1"  # before torch loads its OpenMP runtime
     before_import = _rss_kb()
     started = time.perf_counter()
     import torch  # noqa: F401 - the user's script
@@ -131,83 +141,81 @@ def _startup(profiled: bool) -> dict[str, Any]:
     return {"s": seconds, "mb": (_rss_kb() - before) / 1024, "heavy": heavy}
 
 
-def _child(kind: str, n: int) -> None:
-    sys.path.insert(0, os.path.join(_ROOT, "src"))
-    result = {
-        "sustained": lambda: _sustained(n),
-        "sustained_sdk": lambda: _sustained_sdk(n),
-        "memory": lambda: _memory(n, profiled=True),
-        "memory_bare": lambda: _memory(n, profiled=False),
-        "startup": lambda: _startup(profiled=True),
-        "startup_bare": lambda: _startup(profiled=False),
-    }[kind]()
-    print("RESULT " + json.dumps(result))
-
-
 # -- the parent ------------------------------------------------------------------------
-def _in_child(kind: str, n: int = 0) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as directory:  # the spool lands here
-        environment = {**os.environ, "PYTHONPATH": _ROOT, "OMP_NUM_THREADS": "1"}
-        environment = {k: v for k, v in environment.items() if not k.startswith("CIRRON_")}
-        output = subprocess.run(
-            [sys.executable, "-m", "benchmarks.process_costs", kind, str(n)],
-            cwd=directory,
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=True,
-        ).stdout
-    line = next(line for line in output.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))  # type: ignore[no-any-return]
+Results = list[dict[str, Any]]
 
 
-def _median_of(kind: str, n: int, runs: int, key: str) -> tuple[float, list[dict[str, Any]]]:
-    results = [_in_child(kind, n) for _ in range(runs)]
-    values = sorted(result[key] for result in results)
-    return values[len(values) // 2], results
+def _ours_and_reference(function: str, runs: int, **arguments: Any) -> tuple[Results, Results]:
+    """``runs`` fresh processes each, alternating; no reference results when it is absent."""
+    code = reference.call_snippet("process_costs", function, **arguments)
+    ours, theirs = reference.run_both(code, runs)
+    return ours, theirs or []
 
 
-def run(quick: bool = False) -> list[tuple[str, float, str, float, str]]:
-    """Rows of (operation, ours, baseline name, baseline, unit)."""
+def _ours_only(function: str, runs: int, **arguments: Any) -> Results:
+    code = reference.call_snippet("process_costs", function, **arguments)
+    return [reference.run_snippet(code) for _ in range(runs)]
+
+
+def _median(results: Results, key: str) -> float | None:
+    return statistics.median(result[key] for result in results) if results else None
+
+
+def _most(results: Results, key: str) -> float | None:
+    return max(result[key] for result in results) if results else None
+
+
+def _row(
+    operation: str,
+    key: str,
+    unit: str,
+    ours: Results,
+    baseline: tuple[str, Results],
+    theirs: Results,
+    most: bool = False,
+) -> Row:
+    """The median over runs of ``key`` (the largest, for what was dropped)."""
+    figure = _most if most else _median
+    baseline_name, baseline_results = baseline
+    return Row(
+        operation,
+        figure(ours, key) or 0.0,
+        baseline_name,
+        figure(baseline_results, key),
+        unit,
+        figure(theirs, key),
+    )
+
+
+def run(quick: bool = False) -> list[Row]:
+    """Sustained spans, peak RSS and start-up: ours, a baseline, the reference's."""
     spans, memory_n, runs = (20_000, 50_000, 1) if quick else (200_000, 1_000_000, 3)
-    ours, sustained = _median_of("sustained", spans, runs, "ns")
-    sdk, sdk_runs = _median_of("sustained_sdk", spans, runs, "ns")
-    dropped = max(result["dropped"] for result in sustained)
-    sdk_dropped = max(result["dropped"] for result in sdk_runs)
-    memory, memory_runs = _median_of("memory", memory_n, runs, "mb")
-    memory_dropped = max(result["dropped"] for result in memory_runs)
-    memory_bare, _ = _median_of("memory_bare", memory_n, runs, "mb")
-    startup, startups = _median_of("startup", 0, runs, "s")
-    torch_s, torch_runs = _median_of("startup_bare", 0, runs, "s")
-    startup_mb = sorted(result["mb"] for result in startups)[len(startups) // 2]
-    torch_mb = sorted(result["mb"] for result in torch_runs)[len(torch_runs) // 2]
-    heavy = sorted({name for result in startups for name in result["heavy"]})
+    sustained, sustained_reference = _ours_and_reference("sustained", runs, n=spans)
+    sdk = _ours_only("sustained_sdk", runs, n=spans)
+    # Peak RSS barely moves between runs, and the reference's 1M scopes take ~30 s: one run.
+    memory, memory_reference = _ours_and_reference("memory", 1, n=memory_n, profiled=True)
+    memory_bare = _ours_only("memory", 1, n=memory_n, profiled=False)
+    start, start_reference = _ours_and_reference("startup", runs, profiled=True)
+    torch_only = _ours_only("startup", runs, profiled=False)
+
+    heavy = sorted({name for result in start for name in result["heavy"]})
+    heavy_reference = sorted({name for result in start_reference for name in result["heavy"]})
+    startup_name = "ci.profile() after torch"
+    if heavy or heavy_reference:
+        startup_name += f" (imported {', '.join(heavy) or 'none'}; reference: "
+        startup_name += f"{', '.join(heavy_reference) or 'none'})"
+    evicted = sum(result["files"] for result in sustained_reference)
+    lost = "  spans dropped" + (f" (reference evicted {evicted} spool files)" if evicted else "")
+    sdk_baseline = ("SDK batch + OTLP proto", sdk)
+    disabled = ("same loop, cirron disabled", memory_bare)
+    torch_baseline = ("import torch", torch_only)
+    memory_name = f"peak RSS, {memory_n:,} scope+mark"
     return [
-        (
-            f"sustained span, spool ({dropped} dropped)",
-            ours,
-            f"SDK batch + OTLP proto ({sdk_dropped} dropped)",
-            sdk,
-            "us",
-        ),
-        (
-            f"peak RSS, {memory_n:,} scope+mark ({memory_dropped} dropped)",
-            memory,
-            "same loop, cirron disabled",
-            memory_bare,
-            "MB",
-        ),
-        (
-            "ci.profile() after torch" + (f" (imported {', '.join(heavy)}!)" if heavy else ""),
-            startup,
-            "import torch",
-            torch_s,
-            "s",
-        ),
-        ("  its RSS", startup_mb, "import torch", torch_mb, "MB"),
+        _row("sustained span, spool", "ns", "us", sustained, sdk_baseline, sustained_reference),
+        _row(lost, "dropped", "%", sustained, sdk_baseline, sustained_reference, most=True),
+        _row("  CPU per span kept", "ns_kept", "us", sustained, sdk_baseline, sustained_reference),
+        _row(memory_name, "mb", "MB", memory, disabled, memory_reference),
+        _row("  spans and marks dropped", "dropped", "%", memory, disabled, memory_reference, True),
+        _row(startup_name, "s", "s", start, torch_baseline, start_reference),
+        _row("  its RSS", "mb", "MB", start, torch_baseline, start_reference),
     ]
-
-
-if __name__ == "__main__":
-    _child(sys.argv[1], int(sys.argv[2]))

@@ -12,6 +12,12 @@ with :func:`run_snippet` under both interpreters and compare::
     python = reference.reference_python()                 # None: not installed
     theirs = reference.run_snippet(code, python) if python else None
 
+Most rows do not write their measurement as a string: :func:`call_snippet`
+makes a snippet that imports a function of this ``benchmarks`` package and
+reports what it returns. Such a function imports ``cirron`` itself, so the
+very same code measures whichever SDK the interpreter has installed, and
+:func:`run_both` runs it under both interpreters in alternation.
+
 The snippet runs in a fresh temporary directory (so ``./.cirron`` files of
 either SDK land there and vanish), with ``CIRRON_*``/``OTEL_*`` variables
 removed from its environment.
@@ -53,6 +59,53 @@ def reference_python() -> str | None:
     if path is None or not path.is_file() or not os.access(path, os.X_OK):
         return None
     return str(path)
+
+
+def call_snippet(module: str, function: str, **arguments: Any) -> str:
+    """A snippet that reports ``benchmarks.<module>.<function>(**arguments)``.
+
+    Only this repository's root goes on ``sys.path`` (not ``src/``), so
+    ``import cirron`` in the function finds the interpreter's own SDK.
+    """
+    return REPORT_FUNCTION + (
+        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        f"from benchmarks.{module} import {function}\n"
+        f"report({function}(**{arguments!r}))\n"
+    )
+
+
+def run_both(code: str, runs: int) -> tuple[list[Any], list[Any] | None]:
+    """``code`` under this interpreter, then the reference's, ``runs`` times in alternation.
+
+    Returns (our results, the reference's results or None when it is not
+    installed); alternating the fresh processes lets the machine's drift hit
+    both SDKs alike.
+    """
+    python = reference_python()
+    ours: list[Any] = []
+    theirs: list[Any] = []
+    for _ in range(runs):
+        ours.append(run_snippet(code))
+        if python:
+            theirs.append(run_snippet(code, python))
+    return ours, theirs if python else None
+
+
+def dropped(health: dict[str, Any]) -> dict[str, int]:
+    """Spans, marks and spool files an SDK lost, read from either SDK's ``ci.health()``.
+
+    Ours counts a span its sink's queue dropped with the spans; the
+    reference's spool counts the whole files it evicted over its size cap.
+    """
+    if "scope_drop_count" in health:  # the reference SDK's keys
+        return {
+            "spans": int(health["scope_drop_count"]),
+            "marks": int(health["mark_drop_count"]),
+            "files": int(health["spool_drop_count"]),
+        }
+    sinks = sum(int(sink["dropped"]) for sink in health.get("sinks", {}).values())
+    spans = int(health["spans_dropped"]) + sinks
+    return {"spans": spans, "marks": int(health["marks_dropped"]), "files": 0}
 
 
 def run_snippet(code: str, python: str | None = None, timeout: float = 600) -> Any:

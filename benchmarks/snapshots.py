@@ -21,6 +21,7 @@ import os
 import statistics
 
 from . import reference
+from .table import Row
 
 SIZES = {"1M": 1, "10M": 10, "25M": 24}  # layers of 1024x1024 (+bias): ~1.05M parameters each
 _SNIPPET = """
@@ -78,19 +79,20 @@ def measure(layers: int, mode: str, python: str | None, quick: bool) -> list[flo
     return reference.run_snippet(code, python)["holds_ms"]  # type: ignore[no-any-return]
 
 
-def run(quick: bool = False) -> list[tuple[str, float, str, float, str]]:
-    """Table rows: (operation, ours, baseline name, the reference's or 0 when absent, "ms")."""
+def run(quick: bool = False) -> list[Row]:
+    """Rows of ours and the reference's hold in ms (no baseline of our own: the reference is it)."""
     import torch  # noqa: F401 - ImportError: the caller skips these rows
 
     python = reference.reference_python()
-    baseline = f"reference SDK {reference.VERSION}" if python else "reference: not installed"
     sizes = {"tiny": 2} if quick else SIZES
     rows = []
     for mode in ("stats", "sampled"):
         for label, layers in sizes.items():
             ours = _median_hold(layers, mode, None, quick)
-            theirs = _median_hold(layers, mode, python, quick) if python else 0.0
-            rows.append((f"snapshot hold, {mode}, {label} params", ours, baseline, theirs, "ms"))
+            theirs = _median_hold(layers, mode, python, quick) if python else None
+            rows.append(
+                Row(f"snapshot hold, {mode}, {label} params", ours, unit="ms", reference=theirs)
+            )
     return rows
 
 

@@ -5,17 +5,24 @@
   backward, optimizer_step) on a small but real step.
 - A 400-module model vs a 4-module model: the added time per step must not
   grow with the number of submodules (only the outermost call is a span).
+
+:func:`measure` runs in fresh processes under this package and under the
+reference SDK alike (:func:`benchmarks.reference.call_snippet`), ours and the
+reference's alternating; both install their torch hooks on ``ci.profile``
+and remove them on ``ci.shutdown``, which is what the pairs need.
 """
 
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import cirron as ci
+
+from . import reference
+from .table import Row
 
 
 def _mlp_case() -> Callable[[int], None]:
@@ -75,7 +82,7 @@ def _time(case: Callable[[int], None], steps: int) -> float:
 
 
 def _interleaved(
-    cases: dict[str, Callable[[int], None]], steps: int, rounds: int, directory: str
+    cases: dict[str, Callable[[int], None]], steps: int, rounds: int
 ) -> dict[str, tuple[list[float], list[float]]]:
     """Per case: (bare ns/step samples, instrumented ns/step samples).
 
@@ -89,43 +96,73 @@ def _interleaved(
             for instrumented in (False, True) if round_index % 2 else (True, False):
                 ci.shutdown()
                 if instrumented:
-                    ci.profile(output="none", path=directory, frameworks=["torch"])
+                    ci.profile(output="none", frameworks=["torch"])
                 case(2)  # the first steps after profile() pay for first calls
                 samples[name][instrumented].append(_time(case, steps))
             ci.shutdown()
     return samples
 
 
-def run(quick: bool = False) -> list[tuple[str, float, str, float]]:
+def measure(steps: int, rounds: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Pairs of (bare, instrumented) ns per step for each case; runs in a subprocess."""
     import torch
 
     torch.set_num_threads(1)
-    steps, rounds = (20, 2) if quick else (40, 60)
     cases = {"mlp": _mlp_case(), "deep400": _deep_case(200), "deep4": _deep_case(2)}
     for case in cases.values():  # warm-up: allocator, first-call paths
         case(5)
-    with tempfile.TemporaryDirectory() as directory:
-        samples = _interleaved(cases, steps, rounds, directory)
+    return _interleaved(cases, steps, rounds)
 
-    def median(name: str, which: int) -> float:
-        return statistics.median(samples[name][which])
 
-    def added(name: str) -> float:
-        return statistics.median(
-            [on - off for off, on in zip(samples[name][0], samples[name][1], strict=True)]
-        )
+class _Figures:
+    """Medians over every pair of every process of one SDK."""
+
+    def __init__(self, results: list[dict[str, list[list[float]]]]) -> None:
+        self.pairs: dict[str, list[tuple[float, float]]] = {}
+        for result in results:
+            for name, (bare, instrumented) in result.items():
+                self.pairs.setdefault(name, []).extend(zip(bare, instrumented, strict=True))
+
+    def bare(self, name: str) -> float:
+        return statistics.median(off for off, _ in self.pairs[name])
+
+    def added(self, name: str) -> float:
+        return statistics.median(on - off for off, on in self.pairs[name])
+
+
+def run(quick: bool = False) -> list[Row]:
+    """The MLP step, the share the hooks add to it, and the added time on a deep model."""
+    import torch  # noqa: F401 - ImportError: the caller skips these rows
+
+    # Full: 30 pairs per case and SDK, in 2 processes each, ours and the reference's alternating.
+    steps, rounds, runs = (20, 2, 1) if quick else (40, 15, 2)
+    code = reference.call_snippet("torch_steps", "measure", steps=steps, rounds=rounds)
+    ours_results, reference_results = reference.run_both(code, runs)
+    ours = _Figures(ours_results)
+    theirs = _Figures(reference_results) if reference_results else None
+
+    def step(figures: _Figures) -> float:
+        return figures.bare("mlp") + figures.added("mlp")
+
+    def share(figures: _Figures) -> float:
+        return 100 * figures.added("mlp") / figures.bare("mlp")
 
     return [
-        (
+        Row(
             "MLP 3x512 step",
-            median("mlp", 0) + added("mlp"),
+            step(ours),
             "same step, no hooks",
-            median("mlp", 0),
+            ours.bare("mlp"),
+            "us",
+            step(theirs) if theirs else None,
         ),
-        (
+        Row("  added by the hooks", share(ours), "", None, "%", share(theirs) if theirs else None),
+        Row(
             "added per step, 401 modules",
-            added("deep400"),
+            ours.added("deep400"),
             "added per step, 5 modules",
-            added("deep4"),
+            ours.added("deep4"),
+            "us",
+            theirs.added("deep400") if theirs else None,
         ),
     ]

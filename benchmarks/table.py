@@ -1,0 +1,68 @@
+"""One row of the benchmark table, and the table printed from the rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Row:
+    """One operation: our figure, a baseline from the same process, the reference SDK's.
+
+    Values are in ns for ``unit="us"`` rows, else already in ``unit``. A
+    missing baseline or reference (None) prints as ``-``, and so does a ratio
+    to it.
+    """
+
+    operation: str
+    ours: float
+    baseline_name: str = ""
+    baseline: float | None = None
+    unit: str = "us"
+    reference: float | None = None
+
+
+def _format(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "us":
+        return f"{value / 1000:.2f} us"
+    if unit == "%":
+        return f"{value:.1f} %"
+    return f"{value:.2f} {unit}"
+
+
+def _ratio(ours: float, other: float | None) -> str:
+    return f"{ours / other:.2f}x" if other else "-"
+
+
+def print_table(rows: Iterable[Row], reference_name: str) -> None:
+    """Columns: operation | cirron | baseline (same run) | ratio | reference SDK | ratio."""
+    widths = (38, 10, 28, 10, 7, max(10, len(reference_name)), 7)
+    header = ("operation", "cirron", "baseline (same run)", "", "ratio", reference_name, "ratio")
+    lines = [header]
+    for row in rows:
+        lines.append(
+            (
+                row.operation,
+                _format(row.ours, row.unit),
+                row.baseline_name or "-",
+                _format(row.baseline, row.unit),
+                _ratio(row.ours, row.baseline),
+                _format(row.reference, row.unit),
+                _ratio(row.ours, row.reference),
+            )
+        )
+    for index, cells in enumerate(lines):
+        aligned = [
+            cell.ljust(width) if column in (0, 2) else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ]
+        # Three groups: the operation and our figure | the baseline | the reference SDK.
+        text = (
+            " ".join(aligned[:2]) + " | " + " ".join(aligned[2:5]) + " | " + " ".join(aligned[5:])
+        )
+        print(text)
+        if index == 0:
+            print("-" * len(text))
