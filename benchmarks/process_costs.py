@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from . import reference
@@ -218,4 +219,35 @@ def run(quick: bool = False) -> list[Row]:
         _row("  spans and marks dropped", "dropped", "%", memory, disabled, memory_reference, True),
         _row(startup_name, "s", "s", start, torch_baseline, start_reference),
         _row("  its RSS", "mb", "MB", start, torch_baseline, start_reference),
+    ] + ([] if quick else _startup_with_frameworks(runs))
+
+
+def _startup_with_frameworks(runs: int) -> list[Row]:
+    """The start-up rows again, in venvs that also have TensorFlow and transformers.
+
+    That is where an SDK that imports every framework it finds installed pays
+    for it; none of these rows when ``.venv-frameworks`` is missing.
+    """
+    ours_python, reference_python = reference.frameworks_pythons()
+    if ours_python is None:
+        return []
+    profiled = reference.call_snippet("process_costs", "startup", profiled=True)
+    bare = reference.call_snippet("process_costs", "startup", profiled=False)
+    ours: Results = []
+    theirs: Results = []
+    torch_only: Results = []
+    for _ in range(runs):  # alternating, like run_both
+        ours.append(reference.run_snippet(profiled, ours_python))
+        if reference_python:
+            theirs.append(reference.run_snippet(profiled, reference_python))
+        torch_only.append(reference.run_snippet(bare, ours_python))
+    heavy = sorted({name for result in ours for name in result["heavy"]})
+    heavy_reference = sorted({name for result in theirs for name in result["heavy"]})
+    imported = f"ci.profile() imported {', '.join(heavy) or 'no framework'}"
+    if theirs:
+        imported += f", the reference's {', '.join(heavy_reference) or 'none'}"
+    baseline = ("import torch", torch_only)
+    return [
+        replace(_row("  with TF + HF installed", "s", "s", ours, baseline, theirs), note=imported),
+        _row("  its RSS", "mb", "MB", ours, baseline, theirs),
     ]

@@ -46,19 +46,40 @@ class SnippetFailed(RuntimeError):
     """The snippet exited non-zero or reported nothing."""
 
 
+def _interpreter(variable: str, default: Path) -> str | None:
+    """``$variable`` when set (empty: none), else ``default``; None unless it is executable."""
+    configured = os.environ.get(variable)
+    if configured is not None:
+        path = Path(configured.strip()) if configured.strip() else None
+    else:
+        path = default
+    if path is None or not path.is_file() or not os.access(path, os.X_OK):
+        return None
+    return str(path)
+
+
 def reference_python() -> str | None:
     """The interpreter of the reference SDK, or None when it is not installed.
 
     ``$CIRRON_REFERENCE_PYTHON`` when set (empty: none), else ``.venv-ref/bin/python``.
     """
-    configured = os.environ.get(ENVIRONMENT_VARIABLE)
-    if configured is not None:
-        path = Path(configured.strip()) if configured.strip() else None
-    else:
-        path = ROOT / ".venv-ref" / "bin" / "python"
-    if path is None or not path.is_file() or not os.access(path, os.X_OK):
-        return None
-    return str(path)
+    return _interpreter(ENVIRONMENT_VARIABLE, ROOT / ".venv-ref" / "bin" / "python")
+
+
+def frameworks_pythons() -> tuple[str | None, str | None]:
+    """Interpreters with TensorFlow and transformers installed beside torch: (ours, reference's).
+
+    ``$CIRRON_FRAMEWORKS_PYTHON`` / ``$CIRRON_REFERENCE_FRAMEWORKS_PYTHON`` when set,
+    else ``.venv-frameworks`` / ``.venv-ref-frameworks`` (``bash
+    scripts/frameworks-venvs.sh`` makes both); None for one that is missing.
+    """
+    return (
+        _interpreter("CIRRON_FRAMEWORKS_PYTHON", ROOT / ".venv-frameworks" / "bin" / "python"),
+        _interpreter(
+            "CIRRON_REFERENCE_FRAMEWORKS_PYTHON",
+            ROOT / ".venv-ref-frameworks" / "bin" / "python",
+        ),
+    )
 
 
 def call_snippet(module: str, function: str, **arguments: Any) -> str:

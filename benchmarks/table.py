@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -21,6 +20,7 @@ class Row:
     baseline: float | None = None
     unit: str = "us"
     reference: float | None = None
+    note: str = ""  # printed under the table
 
 
 def _format(value: float | None, unit: str) -> str:
@@ -37,7 +37,7 @@ def _ratio(ours: float, other: float | None) -> str:
     return f"{ours / other:.2f}x" if other else "-"
 
 
-def print_table(rows: Iterable[Row], reference_name: str) -> None:
+def print_table(rows: list[Row], reference_name: str) -> None:
     """Columns: operation | cirron | baseline (same run) | ratio | reference SDK | ratio."""
     widths = (38, 10, 28, 10, 7, max(10, len(reference_name)), 7)
     header = ("operation", "cirron", "baseline (same run)", "", "ratio", reference_name, "ratio")
@@ -66,3 +66,6 @@ def print_table(rows: Iterable[Row], reference_name: str) -> None:
         print(text)
         if index == 0:
             print("-" * len(text))
+    for row in rows:
+        if row.note:
+            print(f"{row.operation.strip()}: {row.note}")
