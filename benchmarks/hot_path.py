@@ -23,7 +23,7 @@ from typing import Any
 import cirron as ci
 
 from . import reference
-from .table import Row
+from .table import Row, half_iqr
 
 Case = Callable[[int], None]
 # Marks per scope in the mark case: under both SDKs' limits (ours keeps 10,000 events a
@@ -125,13 +125,14 @@ def measure(n: int, rounds: int, enabled: bool) -> dict[str, Any]:
     return {"samples": samples, "dropped": dropped}
 
 
-def _figures(*kinds: list[dict[str, Any]]) -> tuple[dict[str, float], int]:
-    """Median over every round of every process, the empty loop's subtracted; total lost.
+def _figures(*kinds: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float], int]:
+    """Median over every round of every process, the empty loop's subtracted; spreads; lost.
 
     Each kind is the results of the processes of one kind (enabled, disabled);
     its cases lose the empty loop measured in the same processes.
     """
     figures: dict[str, float] = {}
+    spreads: dict[str, float] = {}
     lost = 0
     for results in kinds:
         samples: dict[str, list[float]] = {}
@@ -142,7 +143,8 @@ def _figures(*kinds: list[dict[str, Any]]) -> tuple[dict[str, float], int]:
         bare = statistics.median(samples.pop("bare"))
         for name, values in samples.items():
             figures[name] = max(0.0, statistics.median(values) - bare)
-    return figures, lost
+            spreads[name] = half_iqr(values) or 0.0
+    return figures, spreads, lost
 
 
 def run(quick: bool = False) -> list[Row]:
@@ -154,8 +156,10 @@ def run(quick: bool = False) -> list[Row]:
     ours_on, theirs_on = reference.run_both(code, runs)
     code = reference.call_snippet("hot_path", "measure", n=n, rounds=rounds, enabled=False)
     ours_off, theirs_off = reference.run_both(code, runs)
-    ours, ours_lost = _figures(ours_on, ours_off)
-    theirs, theirs_lost = _figures(theirs_on, theirs_off) if theirs_on and theirs_off else ({}, 0)
+    ours, spread, ours_lost = _figures(ours_on, ours_off)
+    theirs, _, theirs_lost = (
+        _figures(theirs_on, theirs_off) if theirs_on and theirs_off else ({}, {}, 0)
+    )
     lost = f" ({ours_lost} lost)" if ours_lost else ""
     lost += f" (reference lost {theirs_lost})" if theirs_lost else ""
     span, event = "SDK start_as_current_span", "SDK add_event"
@@ -167,8 +171,17 @@ def run(quick: bool = False) -> list[Row]:
             ours["sdk_span"],
             "us",
             theirs.get("scope"),
+            spread=spread["scope"],
         ),
-        Row("ci.mark point", ours["mark"], event, ours["sdk_event"], "us", theirs.get("mark")),
+        Row(
+            "ci.mark point",
+            ours["mark"],
+            event,
+            ours["sdk_event"],
+            "us",
+            theirs.get("mark"),
+            spread=spread["mark"],
+        ),
         Row(
             "ci.batches per item",
             ours["batches"],
@@ -176,6 +189,7 @@ def run(quick: bool = False) -> list[Row]:
             ours["sdk_span"],
             "us",
             theirs.get("batches"),
+            spread=spread["batches"],
         ),
         Row(
             "disabled ci.scope",
@@ -184,5 +198,6 @@ def run(quick: bool = False) -> list[Row]:
             ours["sdk_span"],
             "us",
             theirs.get("disabled"),
+            spread=spread["disabled"],
         ),
     ]

@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import reference
-from .table import Row
+from .table import Row, half_iqr
 
 _HEAVY = ("tensorflow", "keras", "transformers", "jax", "pandas")
 
@@ -185,6 +185,7 @@ def _row(
         figure(baseline_results, key),
         unit,
         figure(theirs, key),
+        spread=half_iqr(result[key] for result in ours),
     )
 
 

@@ -21,7 +21,7 @@ import os
 import statistics
 
 from . import reference
-from .table import Row
+from .table import Row, half_iqr
 
 SIZES = {"1M": 1, "10M": 10, "25M": 24}  # layers of 1024x1024 (+bias): ~1.05M parameters each
 _SNIPPET = """
@@ -88,17 +88,19 @@ def run(quick: bool = False) -> list[Row]:
     rows = []
     for mode in ("stats", "sampled"):
         for label, layers in sizes.items():
-            ours = _median_hold(layers, mode, None, quick)
-            theirs = _median_hold(layers, mode, python, quick) if python else None
-            rows.append(
-                Row(f"snapshot hold, {mode}, {label} params", ours, unit="ms", reference=theirs)
-            )
+            ours, spread = _median_hold(layers, mode, None, quick)
+            theirs = _median_hold(layers, mode, python, quick)[0] if python else None
+            name = f"snapshot hold, {mode}, {label} params"
+            rows.append(Row(name, ours, unit="ms", reference=theirs, spread=spread))
     return rows
 
 
-def _median_hold(layers: int, mode: str, python: str | None, quick: bool) -> float:
+def _median_hold(
+    layers: int, mode: str, python: str | None, quick: bool
+) -> tuple[float, float | None]:
+    """The median hold over the boundaries of one run, and its spread."""
     holds = measure(layers, mode, python, quick)
     # The files a sampled run wrote are deleted with its directory, but the kernel may still
     # be writing them back: let it finish before the next measurement.
     os.sync()
-    return statistics.median(holds)
+    return statistics.median(holds), half_iqr(holds)

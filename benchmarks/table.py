@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -21,6 +23,16 @@ class Row:
     unit: str = "us"
     reference: float | None = None
     note: str = ""  # printed under the table
+    spread: float | None = None  # half the interquartile range of our samples, in our unit
+
+
+def half_iqr(values: Iterable[float]) -> float | None:
+    """Half the interquartile range: how far a typical sample sits from the median."""
+    values = list(values)
+    if len(values) < 2:
+        return None
+    low, _median, high = statistics.quantiles(values, n=4)
+    return (high - low) / 2
 
 
 def _format(value: float | None, unit: str) -> str:
@@ -38,15 +50,25 @@ def _ratio(ours: float, other: float | None) -> str:
 
 
 def print_table(rows: list[Row], reference_name: str) -> None:
-    """Columns: operation | cirron | baseline (same run) | ratio | reference SDK | ratio."""
-    widths = (38, 10, 28, 10, 7, max(10, len(reference_name)), 7)
-    header = ("operation", "cirron", "baseline (same run)", "", "ratio", reference_name, "ratio")
+    """Columns: operation | cirron, its spread | baseline (same run) | ratio | reference | ratio."""
+    widths = (38, 10, 10, 28, 10, 7, max(10, len(reference_name)), 7)
+    header = (
+        "operation",
+        "cirron",
+        "spread",
+        "baseline (same run)",
+        "",
+        "ratio",
+        reference_name,
+        "ratio",
+    )
     lines = [header]
     for row in rows:
         lines.append(
             (
                 row.operation,
                 _format(row.ours, row.unit),
+                "" if row.spread is None else "±" + _format(row.spread, row.unit),
                 row.baseline_name or "-",
                 _format(row.baseline, row.unit),
                 _ratio(row.ours, row.baseline),
@@ -56,12 +78,12 @@ def print_table(rows: list[Row], reference_name: str) -> None:
         )
     for index, cells in enumerate(lines):
         aligned = [
-            cell.ljust(width) if column in (0, 2) else cell.rjust(width)
+            cell.ljust(width) if column in (0, 3) else cell.rjust(width)
             for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
         ]
         # Three groups: the operation and our figure | the baseline | the reference SDK.
         text = (
-            " ".join(aligned[:2]) + " | " + " ".join(aligned[2:5]) + " | " + " ".join(aligned[5:])
+            " ".join(aligned[:3]) + " | " + " ".join(aligned[3:6]) + " | " + " ".join(aligned[6:])
         )
         print(text)
         if index == 0:

@@ -22,7 +22,7 @@ from typing import Any
 import cirron as ci
 
 from . import reference
-from .table import Row
+from .table import Row, half_iqr
 
 
 def _mlp_case() -> Callable[[int], None]:
@@ -129,6 +129,10 @@ class _Figures:
     def added(self, name: str) -> float:
         return statistics.median(on - off for off, on in self.pairs[name])
 
+    def spread(self, name: str) -> float | None:
+        """Half the interquartile range of the added time over pairs."""
+        return half_iqr(on - off for off, on in self.pairs[name])
+
 
 def run(quick: bool = False) -> list[Row]:
     """The MLP step, the share the hooks add to it, and the added time on a deep model."""
@@ -155,8 +159,17 @@ def run(quick: bool = False) -> list[Row]:
             ours.bare("mlp"),
             "us",
             step(theirs) if theirs else None,
+            spread=ours.spread("mlp"),
         ),
-        Row("  added by the hooks", share(ours), "", None, "%", share(theirs) if theirs else None),
+        Row(
+            "  added by the hooks",
+            share(ours),
+            "",
+            None,
+            "%",
+            share(theirs) if theirs else None,
+            spread=100 * (ours.spread("mlp") or 0.0) / ours.bare("mlp"),
+        ),
         Row(
             "added per step, 401 modules",
             ours.added("deep400"),
@@ -164,5 +177,6 @@ def run(quick: bool = False) -> list[Row]:
             ours.added("deep4"),
             "us",
             theirs.added("deep400") if theirs else None,
+            spread=ours.spread("deep400"),
         ),
     ]
