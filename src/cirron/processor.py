@@ -256,16 +256,11 @@ class RingBufferSpanProcessor(SpanProcessor):
             return
         next(self._ended)  # health: spans_ended
         if self.sinks:
-            ring = self._ring
-            if len(ring) < self.capacity:  # _enqueue's common case, inline: once per span
-                ring.append(span)
-                if len(ring) >= self._wake_at:
-                    self._wakeup.set()
-            else:
-                self._enqueue(span, wait=True)
+            self._enqueue(span, wait=True)
         # Last: while a span is still among the store's open spans, the signal
         # path knows it may not have reached the ring yet (see on_end_interrupted).
-        # TraceStore.ended, inline for the same reason.
+        # TraceStore.ended, inline like TraceStore.started in on_start: a call
+        # less per span is ~0.15 us of an empty scope's ~2.8.
         self._open_spans.pop(
             span._span_id if type(span) is ScopeSpan else span.context.span_id, None
         )
