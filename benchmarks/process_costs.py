@@ -146,10 +146,15 @@ def startup(profiled: bool) -> dict[str, Any]:
 Results = list[dict[str, Any]]
 
 
-def _ours_and_reference(function: str, runs: int, **arguments: Any) -> tuple[Results, Results]:
+def _ours_and_reference(
+    function: str,
+    runs: int,
+    pythons: tuple[str | None, str | None] | None = None,
+    **arguments: Any,
+) -> tuple[Results, Results]:
     """``runs`` fresh processes each, alternating; no reference results when it is absent."""
     code = reference.call_snippet("process_costs", function, **arguments)
-    ours, theirs = reference.run_both(code, runs)
+    ours, theirs = reference.run_both(code, runs, pythons)
     return ours, theirs or []
 
 
@@ -232,16 +237,10 @@ def _startup_with_frameworks(runs: int) -> list[Row]:
     ours_python, reference_python = reference.frameworks_pythons()
     if ours_python is None:
         return []
-    profiled = reference.call_snippet("process_costs", "startup", profiled=True)
+    pythons = (ours_python, reference_python)
+    ours, theirs = _ours_and_reference("startup", runs, pythons, profiled=True)
     bare = reference.call_snippet("process_costs", "startup", profiled=False)
-    ours: Results = []
-    theirs: Results = []
-    torch_only: Results = []
-    for _ in range(runs):  # alternating, like run_both
-        ours.append(reference.run_snippet(profiled, ours_python))
-        if reference_python:
-            theirs.append(reference.run_snippet(profiled, reference_python))
-        torch_only.append(reference.run_snippet(bare, ours_python))
+    torch_only = [reference.run_snippet(bare, ours_python) for _ in range(runs)]
     heavy = sorted({name for result in ours for name in result["heavy"]})
     heavy_reference = sorted({name for result in theirs for name in result["heavy"]})
     imported = f"ci.profile() imported {', '.join(heavy) or 'no framework'}"

@@ -95,18 +95,21 @@ def call_snippet(module: str, function: str, **arguments: Any) -> str:
     )
 
 
-def run_both(code: str, runs: int) -> tuple[list[Any], list[Any] | None]:
-    """``code`` under this interpreter, then the reference's, ``runs`` times in alternation.
+def run_both(
+    code: str, runs: int, pythons: tuple[str | None, str | None] | None = None
+) -> tuple[list[Any], list[Any] | None]:
+    """``code`` under our interpreter, then the reference's, ``runs`` times in alternation.
 
-    Returns (our results, the reference's results or None when it is not
-    installed); alternating the fresh processes lets the machine's drift hit
-    both SDKs alike.
+    ``pythons``: (ours, the reference's); by default this interpreter and
+    :func:`reference_python`. Returns (our results, the reference's results or
+    None when it is not installed); alternating the fresh processes lets the
+    machine's drift hit both SDKs alike.
     """
-    python = reference_python()
+    ours_python, python = pythons if pythons is not None else (None, reference_python())
     ours: list[Any] = []
     theirs: list[Any] = []
     for _ in range(runs):
-        ours.append(run_snippet(code))
+        ours.append(run_snippet(code, ours_python))
         if python:
             theirs.append(run_snippet(code, python))
     return ours, theirs if python else None
