@@ -48,14 +48,18 @@ def printable(text: str, limit: int = LINE_TEXT_LIMIT) -> str:
     return text.encode("unicode_escape").decode("ascii")
 
 
+def is_point_mark(event: Any) -> bool:
+    """A point mark is an event with a ``value`` (other events: snapshot tensors, exceptions)."""
+    return "value" in (event.attributes or {})
+
+
 def point_marks(span: Any) -> list[tuple[str, Any, int]]:
-    """``(name, value, time_ns)`` of each point mark: events with a ``value``."""
-    marks = []
-    for event in span.events:
-        attributes = event.attributes or {}
-        if "value" in attributes:
-            marks.append((event.name, attributes["value"], event.timestamp))
-    return marks
+    """``(name, value, time_ns)`` of each point mark."""
+    return [
+        (event.name, event.attributes["value"], event.timestamp)
+        for event in span.events
+        if is_point_mark(event)
+    ]
 
 
 def summary_marks(span: Any) -> list[tuple[str, Any]]:

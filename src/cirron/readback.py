@@ -62,7 +62,7 @@ def _node(span: Any) -> dict[str, Any]:
             "attributes": {key: _plain(value) for key, value in (event.attributes or {}).items()},
         }
         for event in span.events
-        if "value" not in (event.attributes or {})
+        if not lines.is_point_mark(event)
     ]
     links = [
         {"trace_id": format(link.context.trace_id, "032x"), "span_id": _hex(link.context.span_id)}
