@@ -65,7 +65,10 @@ def proc_status():
 
 
 def report(kind, **values):
-    print(f"{kind} {json.dumps(values)}", flush=True)
+    # One write: print() writes the text and its newline separately, and the
+    # stdout sink's flush thread can land a line between the two.
+    sys.stdout.write(f"{kind} {json.dumps(values)}\n")
+    sys.stdout.flush()
 
 
 def work(amount):
