@@ -42,6 +42,8 @@ def _format(value: float | None, unit: str) -> str:
         return f"{value / 1000:.2f} us"
     if unit == "%":
         return f"{value:.1f} %"
+    if unit == "calls":
+        return f"{value:.0f} calls"
     return f"{value:.2f} {unit}"
 
 

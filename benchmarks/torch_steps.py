@@ -5,6 +5,9 @@
   backward, optimizer_step) on a small but real step.
 - A 400-module model vs a 4-module model: the added time per step must not
   grow with the number of submodules (only the outermost call is a span).
+  That time is noisy (the deep model's step is mostly Python), so the same
+  claim is also counted exactly: the Python and C calls the hooks add to a
+  step (``sys.setprofile``), for both models.
 
 :func:`measure` runs in fresh processes under this package and under the
 reference SDK alike (:func:`benchmarks.reference.call_snippet`), ours and the
@@ -15,6 +18,7 @@ and remove them on ``ci.shutdown``, which is what the pairs need.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -114,6 +118,41 @@ def measure(steps: int, rounds: int) -> dict[str, tuple[list[float], list[float]
     return _interleaved(cases, steps, rounds)
 
 
+def _calls_per_step(case: Callable[[int], None], steps: int = 10) -> float:
+    """Python function calls plus C function calls made per step (``sys.setprofile`` sees both)."""
+    calls = 0
+
+    def count(_frame: Any, event: str, _arg: Any) -> None:
+        nonlocal calls
+        if event == "call" or event == "c_call":
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        case(steps)
+    finally:
+        sys.setprofile(None)
+    return calls / steps
+
+
+def count_calls() -> dict[str, list[float]]:
+    """Per deep case: [calls per step bare, calls per step instrumented]; runs in a subprocess."""
+    import torch
+
+    torch.set_num_threads(1)
+    cases = {"deep400": _deep_case(200), "deep4": _deep_case(2)}
+    counts: dict[str, list[float]] = {}
+    for name, case in cases.items():
+        case(5)
+        ci.shutdown()
+        bare = _calls_per_step(case)
+        ci.profile(output="none", frameworks=["torch"])
+        case(5)  # past the first step's one-off calls (the epoch, first lookups)
+        counts[name] = [bare, _calls_per_step(case)]
+        ci.shutdown()
+    return counts
+
+
 class _Figures:
     """Medians over every pair of every process of one SDK."""
 
@@ -144,6 +183,16 @@ def run(quick: bool = False) -> list[Row]:
     ours_results, reference_results = reference.run_both(code, runs)
     ours = _Figures(ours_results)
     theirs = _Figures(reference_results) if reference_results else None
+    # Deterministic: one process per SDK is enough.
+    ours_calls, reference_calls = reference.run_both(
+        reference.call_snippet("torch_steps", "count_calls"), 1
+    )
+
+    def calls_added(counts: list[dict[str, list[float]]] | None, name: str) -> float | None:
+        if not counts:
+            return None
+        bare, instrumented = counts[0][name]
+        return instrumented - bare
 
     def step(figures: _Figures) -> float:
         return figures.bare("mlp") + figures.added("mlp")
@@ -178,5 +227,13 @@ def run(quick: bool = False) -> list[Row]:
             "us",
             theirs.added("deep400") if theirs else None,
             spread=ours.spread("deep400"),
+        ),
+        Row(
+            "calls added per step, 401 modules",
+            calls_added(ours_calls, "deep400") or 0.0,
+            "calls added, 5 modules",
+            calls_added(ours_calls, "deep4"),
+            "calls",
+            calls_added(reference_calls, "deep400"),
         ),
     ]
