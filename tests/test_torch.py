@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import shutil
+import sys
 import time
 from collections import Counter
 
@@ -469,6 +470,52 @@ class SlowDataset(Dataset):
     def __getitem__(self, index):
         time.sleep(0.03)
         return self.data[index]
+
+
+def calls_per_step(step, steps=5):
+    """Python and C calls made per step (``sys.setprofile`` sees both)."""
+    calls = 0
+
+    def count(_frame, event, _arg):
+        nonlocal calls
+        calls += event in ("call", "c_call")
+
+    sys.setprofile(count)
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        sys.setprofile(None)
+    return calls / steps
+
+
+def test_the_hooks_add_the_same_work_to_a_step_of_400_modules_as_of_4():
+    def deep(blocks):
+        layers = []
+        for _ in range(blocks):
+            layers += [nn.Linear(4, 4), nn.ReLU()]
+        model = nn.Sequential(*layers)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(2, 4)
+
+        def step():
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+
+        return step
+
+    added = {}
+    for blocks in (200, 2):  # 401 and 5 modules
+        step = deep(blocks)
+        step()
+        ci.shutdown()
+        bare = calls_per_step(step)
+        profile()
+        step()  # the first step's one-off work: the epoch, first lookups
+        added[blocks] = calls_per_step(step) - bare
+        ci.shutdown()
+    assert added[200] == added[2] > 0
 
 
 def test_a_slow_dataset_shows_in_data_load_inside_the_step():
