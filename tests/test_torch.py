@@ -12,6 +12,7 @@ the whole run), epochs from the training loader, validation inside the epoch,
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import shutil
@@ -235,6 +236,56 @@ def test_gradient_accumulation_gives_one_step_per_optimizer_step():
         # the optimizer step closes the step's work
         (optimizer_step,) = kids(step, "optimizer_step")
         assert all(b["end_ns"] <= optimizer_step["start_ns"] for b in kids(step, "backward"))
+
+
+def prefetching(loader):
+    """What accelerate's DataLoaderShard does under HF Trainer: fetch one batch ahead."""
+    iterator = iter(loader)
+    current = next(iterator)
+    for upcoming in iterator:
+        yield current
+        current = upcoming
+    yield current
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_a_prefetching_loader_and_validation_in_eval_mode_keep_every_step_whole(accumulation):
+    """The HF Trainer pattern: a step's batches are fetched first, ``model.train()`` comes after
+    them, validation leaves the model in eval mode, and the loader runs dry before the last
+    batches are used."""
+    profile()
+    model = make_model()
+    train = DataLoader(make_data(20), batch_size=4, shuffle=True)  # 5 batches
+    validation = DataLoader(make_data(8, seed=1), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    for _epoch in range(2):
+        batches = prefetching(train)
+        while group := list(itertools.islice(batches, accumulation)):
+            for x, y in group:
+                model.train()
+                loss_fn(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        model.eval()
+        with torch.no_grad():
+            for x, _y in validation:
+                model(x)
+
+    session = session_tree()
+    epochs = kids(session, "epoch")
+    assert len(epochs) == 2
+    groups = [accumulation] * (5 // accumulation) + ([5 % accumulation] if 5 % accumulation else [])
+    for epoch in epochs:
+        steps = kids(epoch, "step")
+        assert [child_names(s)["forward"] for s in steps] == groups
+        assert [child_names(s)["backward"] for s in steps] == groups
+        assert all(child_names(s)["optimizer_step"] == 1 for s in steps)
+        # the validation forwards are the epoch's, after its last step
+        validation_forwards = kids(epoch, "forward")
+        assert [f["attributes"]["mode"] for f in validation_forwards] == ["eval", "eval"]
+        assert validation_forwards[0]["start_ns"] >= steps[-1]["end_ns"]
+    assert [s["index"] for s in named(session, "step")] == list(range(2 * len(groups)))
 
 
 # -- 4. no DataLoader ------------------------------------------------------------------

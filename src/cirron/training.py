@@ -11,6 +11,12 @@ Hooks report moments ("a training loader started", "a batch fetch began",
   step. Either way it stays open until the next step begins, the training
   loader is exhausted, or the epoch ends, so a mark made after
   ``optimizer.step()`` lands on its step. Step indexes count the whole run.
+- A **prefetching** loader (accelerate's, under HF Trainer) runs dry before
+  the last batches it delivered are used. When it does, a step whose batches
+  have not reached a backward yet stays open, and from then until the next
+  training pass the steps follow the work (forward/backward to optimizer
+  step, as without a DataLoader); each of those ends at its optimizer step,
+  so a validation run after them is not inside a step.
 - An **epoch** begins with the first fetch of a new training-loader iterator
   and ends when the next one begins (its loader was exhausted or abandoned),
   so validation and marks after the inner loop land inside it. Without a
@@ -44,6 +50,8 @@ class TrainingLoop:
         self.stepped = False  # the open step has seen an optimizer step
         self.steps_in_epoch = 0
         self.loader_driven = False  # training fetches (not forwards) open steps
+        self.loader_dry = False  # the training loader ran dry; the work still goes on
+        self.batch_used = False  # a backward ran since the last training fetch (hooks set it)
         # Another epoch/batch/step (ci.batches, a framework) encloses our epoch.
         self._epoch_inside_others = False
         self._training_iterator: weakref.ref[Any] | None = None
@@ -117,18 +125,31 @@ class TrainingLoop:
             if previous is not iterator:  # a new pass over the training data
                 self._training_iterator = weakref.ref(iterator)
                 self.loader_driven = True
+                self.loader_dry = False
                 self._open_epoch(started_ns)
             elif self.epoch is None and not self._others_hold("epoch"):
                 self._open_epoch(started_ns)
             if driven_by_batches:
                 return
+            self.batch_used = False
             if self.step is None or self.stepped:
                 self._open_step(started_ns)
 
-    def training_loader_exhausted(self, iterator: Any) -> None:
+    def training_loader_exhausted(self, iterator: Any, driven_by_batches: bool = False) -> None:
         with self._lock:
-            self._close_step()
             self._training_iterator = None  # a persistent-workers iterator may start over
+            if driven_by_batches:
+                return
+            if self.step is not None and not self.stepped and not self.batch_used:
+                # Its batches are fetched but not used yet: a prefetching loader.
+                # The step goes on; the work drives the steps until the next pass.
+                self.loader_dry = True
+                self.loader_driven = False
+                return
+            self._close_step()
+            if self.batch_used or self.step is None:
+                self.loader_dry = True
+                self.loader_driven = False
 
     def training_activity(self) -> None:
         """A forward or backward in training mode (steps without a DataLoader)."""
@@ -136,6 +157,10 @@ class TrainingLoop:
             return
         with self._lock:
             if self.step is not None and not self.stepped:
+                return
+            if self.loader_dry:  # after the loader ran dry: no fallback epochs
+                if self.epoch is not None or not self._others_hold("epoch", "batch", "step"):
+                    self._open_step()
                 return
             if self.stepped and self.steps_in_epoch >= self.epoch_steps:
                 self._close_epoch()  # the fallback epoch boundary
@@ -146,6 +171,9 @@ class TrainingLoop:
     def optimizer_stepped(self) -> None:
         with self._lock:
             self.steps_in_epoch += 1
+            if self.loader_dry:  # a step after the loader ran dry ends here
+                self._close_step()
+                return
             if self.step is None and not self.loader_driven:
                 # optimizer.step() with no forward seen (e.g. a closure-only loop)
                 if self.epoch is None and not self._others_hold("epoch", "batch", "step"):

@@ -55,6 +55,11 @@ _inside_train = [False]
 _seen_models: dict[int, tuple[weakref.ref[Any], str]] = {}
 _loader_kind: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _last_loader: list[Any] = [None, None]  # (iterator, kind): most fetches come from the same one
+# The batch samplers of loaders that fed training: a DataLoader's iterators all
+# share its sampler, so its next pass is training even if the model is still in
+# eval mode from a validation run when the first batch is fetched (HF Trainer
+# fetches a step's batches before it calls model.train()).
+_training_samplers: weakref.WeakSet[Any] = weakref.WeakSet()
 _optimizer_spans: dict[int, tuple[Any, Any]] = {}
 _cuda: list[Any] = [None]  # torch.cuda once attached: its _initialized flag says CUDA is in use
 
@@ -244,6 +249,7 @@ def _make_train(original: Any) -> Any:
 def _enter_backward() -> tuple[Any, Any] | None:
     try:
         loop = training.loop()
+        loop.batch_used = True
         if not loop.loader_driven:  # else the data fetches open the steps
             loop.training_activity()
     except Exception as error:  # noqa: BLE001 - the guard
@@ -293,15 +299,32 @@ def _classify(iterator: Any) -> str:
         return _last_loader[1]  # type: ignore[no-any-return]
     kind = _loader_kind.get(iterator)
     if kind is None:
+        sampler = getattr(iterator, "_index_sampler", None)
         training_loader = _torch().is_grad_enabled() and (
-            not _seen_models or _any_seen_model_training()
+            not _seen_models or _fed_training(sampler) or _any_seen_model_training()
         )
+        if training_loader:
+            _remember_training(sampler)
         kind = "training" if training_loader else "eval"
         if loops.driven_by_batches(iterator):
             kind += "+batches"
         _loader_kind[iterator] = kind
     _last_loader[0], _last_loader[1] = iterator, kind
     return kind
+
+
+def _fed_training(sampler: Any) -> bool:
+    try:
+        return sampler in _training_samplers
+    except TypeError:  # not weakly referenceable
+        return False
+
+
+def _remember_training(sampler: Any) -> None:
+    try:
+        _training_samplers.add(sampler)
+    except TypeError:
+        pass
 
 
 def _forget(iterator: Any) -> None:
@@ -321,7 +344,7 @@ def _after_fetch(iterator: Any, kind: str, started: int, exhausted: bool) -> Non
             if exhausted:
                 # The last step ends where the loader runs dry; the fetch that only
                 # found it empty is a data_load of the epoch, not of that step.
-                training.loop().training_loader_exhausted(iterator)
+                training.loop().training_loader_exhausted(iterator, driven)
             else:
                 training.loop().training_fetch(iterator, started, driven)
         if not driven:
@@ -428,5 +451,6 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._handles.clear()
         _optimizer_spans.clear()
         _seen_models.clear()
+        _training_samplers.clear()
         _last_loader[0] = _last_loader[1] = None
         _cuda[0] = None
