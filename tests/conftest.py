@@ -22,6 +22,17 @@ def fresh_cirron(tmp_path, monkeypatch):
     _reset()
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test (the 2-core machine runs other work beside it)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _reset() -> None:
     import cirron.profiler
 

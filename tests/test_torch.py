@@ -34,13 +34,7 @@ import cirron.training  # noqa: E402
 from cirron.instrumentors.torch import TorchInstrumentor  # noqa: E402
 from cirron.watch import watched_models  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # -- a tiny model, tiny data -------------------------------------------------------
