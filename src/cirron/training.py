@@ -140,16 +140,14 @@ class TrainingLoop:
             self._training_iterator = None  # a persistent-workers iterator may start over
             if driven_by_batches:
                 return
-            if self.step is not None and not self.stepped and not self.batch_used:
-                # Its batches are fetched but not used yet: a prefetching loader.
-                # The step goes on; the work drives the steps until the next pass.
-                self.loader_dry = True
-                self.loader_driven = False
-                return
-            self._close_step()
-            if self.batch_used or self.step is None:
-                self.loader_dry = True
-                self.loader_driven = False
+            # A step whose batches are fetched but not used yet (a prefetching
+            # loader) goes on; any other ends here, as the loader ran dry.
+            if self.step is None or self.stepped or self.batch_used:
+                self._close_step()
+            # The work still to come (a prefetcher's last batches) drives the
+            # steps until the next pass.
+            self.loader_dry = True
+            self.loader_driven = False
 
     def training_activity(self) -> None:
         """A forward or backward in training mode (steps without a DataLoader)."""
@@ -159,8 +157,7 @@ class TrainingLoop:
             if self.step is not None and not self.stepped:
                 return
             if self.loader_dry:  # after the loader ran dry: no fallback epochs
-                if self.epoch is not None or not self._others_hold("epoch", "batch", "step"):
-                    self._open_step()
+                self._open_step()  # (unless another step or batch is open)
                 return
             if self.stepped and self.steps_in_epoch >= self.epoch_steps:
                 self._close_epoch()  # the fallback epoch boundary
