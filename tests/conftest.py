@@ -6,13 +6,17 @@ from pathlib import Path
 import pytest
 
 import cirron as ci
+from support import duplicate_span_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
 def fresh_cirron(tmp_path, monkeypatch):
-    """Every test starts with no profiler, in its own directory, and ends the same way."""
+    """Every test starts with no profiler, in its own directory, and ends the same way.
+
+    And whatever it spooled holds each span id once.
+    """
     monkeypatch.chdir(tmp_path)
     for variable in list(os.environ):
         if variable.startswith(("CIRRON_", "OTEL_")) or variable in ("TRACEPARENT", "RANK"):
@@ -20,6 +24,14 @@ def fresh_cirron(tmp_path, monkeypatch):
     _reset()
     yield
     _reset()
+    assert duplicate_span_ids(tmp_path) == {}, "a span id is in the spool twice"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_span_id_twice_in_any_spool(tmp_path_factory):
+    """The same check for spools of shared fixtures (module-scoped runs, servers)."""
+    yield
+    assert duplicate_span_ids(tmp_path_factory.getbasetemp()) == {}
 
 
 @pytest.fixture

@@ -177,6 +177,32 @@ def assert_consistent(spans: list[dict[str, Any]]) -> None:
         assert int(span["endTimeUnixNano"]) >= int(span["startTimeUnixNano"]) > 0
 
 
+def duplicate_span_ids(root: Path) -> dict[str, list[str]]:
+    """Span ids found twice in one spool directory under ``root`` (by directory).
+
+    Ids are unique across runs and processes, so a spool that several runs or
+    a forked child wrote into still has each span id once. A file that is not
+    valid JSON is some test's deliberate damage, checked by that test.
+    """
+    import json
+
+    found: dict[str, list[str]] = {}
+    for spool in {name.parent for name in root.rglob("spool/*-*.json")}:
+        counts: collections.Counter[str] = collections.Counter()
+        for name in spool.glob("*-*.json"):
+            try:
+                request = json.loads(name.read_text())
+            except (ValueError, OSError):
+                continue
+            for resource_spans in request.get("resourceSpans", []):
+                for scope_spans in resource_spans.get("scopeSpans", []):
+                    counts.update(span["spanId"] for span in scope_spans.get("spans", []))
+        twice = [span_id for span_id, count in counts.items() if count > 1]
+        if twice:
+            found[str(spool)] = twice
+    return found
+
+
 def the_session(spans: list[dict[str, Any]]) -> dict[str, Any]:
     sessions = named(spans, "cirron.session")
     assert len(sessions) == 1, f"{len(sessions)} cirron.session spans"

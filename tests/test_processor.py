@@ -59,7 +59,7 @@ def make_spans(tracer, count):
 
 def test_full_ring_drops_and_counts_without_blocking_the_caller():
     collected = Collecting()
-    tracer, processor, health, _ = pipeline(collected, capacity=8)
+    tracer, processor, health, (sink,) = pipeline(collected, capacity=8)
     with processor._drain_lock:  # the flush thread is stuck for now
         started = time.perf_counter()
         make_spans(tracer, 20)
@@ -70,7 +70,54 @@ def test_full_ring_drops_and_counts_without_blocking_the_caller():
     assert report["spans_dropped"] == 12
     assert report["spans_ended"] == 20
     assert report["spans_exported"] == 8
+    assert (sink.exported, sink.dropped) == (8, 12)  # a span no sink got is every sink's loss
     assert [s.attributes["i"] for s in collected.spans] == list(range(8))
+    processor.shutdown()
+
+
+def test_what_any_sink_lost_is_dropped_once_and_exported_means_every_sink_delivered_it(caplog):
+    fast, slow = Collecting(), Hanging()
+    health = Health()
+    workers = [SinkWorker("fast", fast, health), SinkWorker("slow", slow, health, max_queued=5)]
+    processor = RingBufferSpanProcessor(TraceStore(100), health, workers, 64, 60.0)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        for _ in range(3):  # the slow sink exports the first, queues the second, has no room
+            make_spans(tracer, 8)
+            processor._drain()
+            deadline = time.monotonic() + 5
+            while not workers[1]._in_flight and time.monotonic() < deadline:
+                time.sleep(0.001)
+        assert health.snapshot()["spans_dropped"] == 8
+        slow.release.set()
+        assert processor.force_flush()
+    report = health.snapshot()
+    assert (report["spans_exported"], report["spans_dropped"], report["spans_ended"]) == (
+        16,
+        8,
+        24,
+    )
+    assert (workers[0].exported, workers[0].dropped) == (24, 0)
+    assert (workers[1].exported, workers[1].dropped) == (16, 8)
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "8 span(s) did not reach the slow sink: it can't keep up" in warning
+    processor.shutdown()
+
+
+def test_a_batch_two_sinks_lost_counts_once_in_spans_dropped():
+    class Refusing(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.FAILURE
+
+    tracer, processor, health, workers = pipeline(Failing(), Refusing(), Collecting())
+    make_spans(tracer, 5)
+    processor.force_flush()
+    report = health.snapshot()
+    assert (report["spans_dropped"], report["spans_exported"]) == (5, 0)
+    assert [w.dropped for w in workers] == [5, 5, 0]
+    assert report["export_errors"] == 2
     processor.shutdown()
 
 
@@ -158,8 +205,9 @@ def test_an_unwritable_spool_directory_never_breaks_training(tmp_path, caplog):
             ci.flush()
     report = ci.health()
     assert report["export_errors"] == 3
-    assert report["sinks"]["spool"]["dropped"] == 3
-    assert sum("exporter spool" in r.getMessage() for r in caplog.records) == 1
+    assert report["sinks"]["spool"]["dropped"] == report["spans_dropped"] == 3
+    (warning,) = [r.getMessage() for r in caplog.records if "spool" in r.getMessage()]
+    assert "did not reach the spool sink" in warning and "NotADirectoryError" in warning
     assert len(ci.trace(format="dict", name="s")) == 3  # still readable in memory
 
 

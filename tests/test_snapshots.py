@@ -270,6 +270,42 @@ def test_two_watched_models_each_get_their_own_snapshot_per_epoch():
     assert {name for name, _ in events(by_model["discriminator"][0])} == {"0.weight", "0.bias"}
 
 
+# -- short epochs --------------------------------------------------------------------
+def test_a_small_model_is_snapshotted_at_every_one_of_many_back_to_back_epochs():
+    ci.profile(frameworks=[])
+    model = Net()
+    ci.watch(model)
+    for _ in ci.epochs(range(30)):
+        model(torch.randn(2, 4)).sum().backward()
+    assert len(finished_spans("snapshot")) == 30
+    assert ci.health()["snapshots_skipped"] == 0
+
+
+def test_a_model_still_being_snapshotted_is_skipped_not_waited_for(caplog):
+    # 25M parameters with their gradients: the background work of one snapshot takes far
+    # longer than these epochs (which do nothing), so most boundaries find it in flight.
+    ci.profile(frameworks=[])
+    model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(24)])
+    model(torch.randn(1, 1024)).sum().backward()
+    ci.watch(model, name="big")
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        for _ in ci.epochs(range(6)):
+            pass
+        skipped = ci.health()["snapshots_skipped"]
+    spans = finished_spans("snapshot") + finished_spans("epoch")
+    epochs = sorted(
+        (s for s in spans if s["name"] == "epoch"), key=lambda s: int(s["startTimeUnixNano"])
+    )
+    snapshotted = {s["parentSpanId"] for s in spans if s["name"] == "snapshot"}
+    for epoch in epochs:  # each boundary has its snapshot, or says it skipped it
+        said = attributes(epoch["attributes"]).get("snapshot.skipped")
+        assert (epoch["spanId"] in snapshotted) != (said == ["big"]), epoch
+    assert epochs[0]["spanId"] in snapshotted  # nothing was in flight at the first
+    assert 1 <= skipped == sum(e["spanId"] not in snapshotted for e in epochs)
+    (warning,) = [r.getMessage() for r in caplog.records if "'big'" in r.getMessage()]
+    assert "snapshots_skipped" in warning
+
+
 # -- raw tensors -----------------------------------------------------------------------
 def load(path):
     from safetensors import safe_open

@@ -40,7 +40,7 @@ class Health:
             "hook_errors": 0,
             "export_errors": 0,
             "snapshot_files_lost": 0,
-            "snapshots_dropped": 0,
+            "snapshots_skipped": 0,
             "threads_restarted": 0,
         }
         self.errors_by_site: dict[str, int] = {}
@@ -59,8 +59,13 @@ class Health:
             self._warned.add(site)
         _log.warning(message, *args)
 
-    def failed(self, site: str, error: BaseException, counter: str = "hook_errors") -> None:
-        """Count a failure of our own code at ``site`` and warn once about it."""
+    def failed(
+        self, site: str, error: BaseException, counter: str = "hook_errors", warn: bool = True
+    ) -> str:
+        """Count a failure of our own code at ``site``, warn once about it; returns its text.
+
+        ``warn=False``: the caller reports it (a sink, in its one warning about losses).
+        """
         # One line, bounded: an error's text may carry a user's hostile value.
         text = printable(f"{type(error).__name__}: {error}", _ERROR_TEXT_LIMIT)
         with self._lock:
@@ -68,12 +73,26 @@ class Health:
             self.errors_by_site[site] = self.errors_by_site.get(site, 0) + 1
             if counter == "export_errors":
                 self.last_export_error = f"{site}: {text}"
+        if warn:
+            self.warn_once(
+                site,
+                "cirron: %s failed (%s); training continues, further errors here are "
+                "only counted in ci.health()",
+                site,
+                text,
+            )
+        return text
+
+    def thread_restarted(self, thread: str, error: BaseException) -> None:
+        """A thread of ours died (an exporter's ``SystemExit``, killed from outside) and was replaced."""
+        self.add("threads_restarted")
         self.warn_once(
-            site,
-            "cirron: %s failed (%s); training continues, further errors here are "
-            "only counted in ci.health()",
-            site,
-            text,
+            f"restart-{thread}",
+            "cirron: thread %s died (%s: %s) and was restarted; training is unaffected, "
+            "restarts are counted in ci.health()['threads_restarted']",
+            thread,
+            type(error).__name__,
+            error,
         )
 
     def snapshot(self) -> dict[str, Any]:

@@ -4,9 +4,9 @@
 blocks: the span goes into the in-memory store and into a ring buffer; when
 the ring is full the span is dropped and counted. A flush thread wakes every
 ``flush_interval`` (or early, when the ring is half full) and hands the batch
-to one :class:`SinkWorker` per exporter. Each sink has its own thread and a
-bounded queue, so a slow or hung exporter (an OTLP endpoint that never
-answers) only ever delays itself, never the spool, the flush thread or
+to one :class:`~cirron.sinks.SinkWorker` per exporter. Each sink has its own
+thread and a bounded queue, so a slow or hung exporter (an OTLP endpoint that
+never answers) only ever delays itself, never the spool, the flush thread or
 training.
 
 After ``fork()`` the child keeps the parent's objects but none of its threads:
@@ -25,188 +25,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .health import Health
+from .sinks import Delivery, SinkWorker
 from .spans import ScopeSpan
 from .store import TraceStore
 
-_MAX_QUEUED_SPANS = 4096  # per sink: what a sink that can't keep up may hold in memory
 _MAX_ROOM_WAIT = 0.25  # seconds the training thread gives a flush thread that is behind
 _MAX_DEFER_SECONDS = 10.0  # how long a span may wait for a deferred attribute
 _live_processors: weakref.WeakSet[RingBufferSpanProcessor] = weakref.WeakSet()
-SINK_THREAD_PREFIX = "cirron-sink-"
-
-
-def _report_restart(health: Health, thread: str, error: BaseException) -> None:
-    """A thread of ours died (a ``BaseException`` from an exporter, or killed from outside)."""
-    health.add("threads_restarted")
-    health.warn_once(
-        f"restart-{thread}",
-        "cirron: thread %s died (%s: %s) and was restarted; training is unaffected, "
-        "restarts are counted in ci.health()['threads_restarted']",
-        thread,
-        type(error).__name__,
-        error,
-    )
-
-
-class SinkWorker:
-    """One exporter, its own thread and a bounded queue of batches."""
-
-    def __init__(
-        self,
-        name: str,
-        exporter: SpanExporter,
-        health: Health,
-        max_queued: int = _MAX_QUEUED_SPANS,
-        wait_for_room: float = 0.0,
-    ) -> None:
-        self.name = name
-        self.max_queued = max_queued
-        # A local sink (a file, a stream) that is only behind is waited for, up
-        # to this long, before spans for it are dropped; a network sink never is.
-        self.wait_for_room = wait_for_room
-        self._stuck = False
-        self._queued = 0  # spans waiting in _queue
-        self.exporter = exporter
-        self.exported = 0
-        self.dropped = 0
-        self.errors = 0
-        self._health = health
-        self._queue: collections.deque[Sequence[ReadableSpan]] = collections.deque()
-        self._wakeup = threading.Condition()
-        self._busy = False
-        self._in_flight = 0  # spans in the exporter right now
-        self._stopping = False
-        self._pid = os.getpid()
-        self._thread = threading.Thread(
-            target=self._run, name=SINK_THREAD_PREFIX + name, daemon=True
-        )
-        self._thread.start()
-
-    def submit(self, batch: Sequence[ReadableSpan]) -> None:
-        """Queue ``batch``; what doesn't fit under ``max_queued`` spans is dropped and counted."""
-        self.ensure_running()
-        with self._wakeup:
-            # An empty queue takes any batch (one ring's worth at most).
-            if self._queued and self._queued + len(batch) > self.max_queued:
-                # Waited for once per stall: a sink that made no room in time is
-                # stuck (a hung disk) and is not waited for again until it exports.
-                if self.wait_for_room > 0 and not self._stuck:
-                    self._stuck = not self._wakeup.wait_for(
-                        lambda: not self._queued or self._stopping, self.wait_for_room
-                    )
-            room = (
-                max(self.max_queued, len(batch))
-                if not self._queued
-                else (self.max_queued - self._queued)
-            )
-            if len(batch) > room:
-                self.dropped += len(batch) - max(room, 0)
-                batch = batch[: max(room, 0)]
-                self._health.warn_once(
-                    f"sink-full-{self.name}",
-                    "cirron: the %s sink can't keep up (slow or unreachable); "
-                    "spans for it are dropped and counted in ci.health()",
-                    self.name,
-                )
-            if batch:
-                self._queue.append(batch)
-                self._queued += len(batch)
-                self._wakeup.notify()
-
-    def wait_idle(self, deadline: float) -> bool:
-        """Wait until everything submitted so far is exported, or ``deadline``."""
-        self.ensure_running()
-        with self._wakeup:
-            while self._queue or self._busy:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._thread.is_alive():
-                    return False
-                self._wakeup.wait(remaining)
-        return True
-
-    def stop(self, deadline: float) -> None:
-        self.wait_idle(deadline)
-        with self._wakeup:
-            self._stopping = True
-            self._wakeup.notify_all()
-        try:
-            self.exporter.shutdown()
-        except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
-            self._health.failed(f"exporter {self.name} shutdown", error, "export_errors")
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-        with self._wakeup:  # out of time: what is still queued or in flight is lost, and counted
-            self.dropped += sum(len(batch) for batch in self._queue) + self._in_flight
-            self._queue.clear()
-            self._in_flight = 0  # if that export still ends, it is not counted again
-
-    def ensure_running(self) -> None:
-        """Start a new thread if this sink's thread died (a backstop for :meth:`_run`)."""
-        if not self._thread.is_alive() and not self._stopping and os.getpid() == self._pid:
-            self._restart(RuntimeError("the thread was found dead"))
-
-    def _restart(self, error: BaseException) -> None:
-        with self._wakeup:
-            if self._thread.is_alive() and self._thread is not threading.current_thread():
-                return  # restarted already
-            self._busy = False
-            self._thread = threading.Thread(target=self._run, name=self._thread.name, daemon=True)
-            self._thread.start()
-        _report_restart(self._health, self._thread.name, error)
-
-    def _run(self) -> None:
-        try:
-            self._serve()
-        except BaseException as error:  # noqa: BLE001 - e.g. an exporter's SystemExit
-            if not self._stopping and os.getpid() == self._pid:
-                self._restart(error)
-
-    def _serve(self) -> None:
-        while True:
-            with self._wakeup:
-                while not self._queue and not self._stopping:
-                    self._wakeup.wait()
-                if not self._queue:
-                    return
-                batch = self._queue.popleft()
-                self._queued -= len(batch)
-                self._busy = True
-                self._in_flight = len(batch)
-            try:
-                self._export(batch)
-            finally:
-                with self._wakeup:
-                    self._busy = False
-                    self._in_flight = 0
-                    self._stuck = False  # it moved: wait for it again when it is behind
-                    self._wakeup.notify_all()
-
-    def _export(self, batch: Sequence[ReadableSpan]) -> None:
-        try:
-            result = self.exporter.export(batch)
-        except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
-            result = None
-            self._health.failed(f"exporter {self.name}", error, "export_errors")
-        except BaseException:
-            self.errors += 1
-            self.dropped += len(batch)
-            raise  # ends this thread, which _run replaces
-        with self._wakeup:
-            if not self._in_flight:
-                return  # given up on by stop(), and counted there
-        if result == SpanExportResult.SUCCESS:
-            self.exported += len(batch)
-            return
-        self.errors += 1
-        self.dropped += len(batch)
-        if result is not None:
-            self._health.failed(
-                f"exporter {self.name}",
-                RuntimeError("the exporter reported FAILURE; this sink drops the batch"),
-                "export_errors",
-            )
 
 
 class RingBufferSpanProcessor(SpanProcessor):
@@ -295,6 +122,8 @@ class RingBufferSpanProcessor(SpanProcessor):
         ring = self._ring
         if len(ring) >= self.capacity and not (wait and self._make_room()):
             self._health.add("spans_dropped")
+            for sink in self.sinks:  # a span no sink got is every sink's loss
+                sink.count_lost_before_queue(1)
             self._health.warn_once(
                 "ring-full",
                 "cirron: span buffer full (%d spans); dropping spans until the flush thread "
@@ -356,7 +185,7 @@ class RingBufferSpanProcessor(SpanProcessor):
                 return  # restarted already
             self._thread = threading.Thread(target=self._run, name=thread.name, daemon=True)
             self._thread.start()
-        _report_restart(self._health, thread.name, error)
+        self._health.thread_restarted(thread.name, error)
 
     def _drain(self, lock_timeout: float = -1, final: bool = False) -> int:
         if os.getpid() != self._pid:
@@ -374,10 +203,10 @@ class RingBufferSpanProcessor(SpanProcessor):
                     break
             self._stuck = False
             batch, self._waiting = self._ready(batch, final)
-            if batch:
-                self._health.add("spans_exported", len(batch))
+            if batch and self.sinks:
+                delivery = Delivery(batch, len(self.sinks), self._health)
                 for sink in self.sinks:
-                    sink.submit(batch)
+                    sink.submit(delivery)
             return len(batch)
         finally:
             if locked:

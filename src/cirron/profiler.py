@@ -18,9 +18,10 @@ from . import exporters, lifecycle, provider, readback, recorder, registry, snap
 from .config import Settings
 from .guard import call_guarded
 from .health import Health
-from .processor import RingBufferSpanProcessor, SinkWorker
+from .processor import RingBufferSpanProcessor
 from .recorder import Recorder
 from .scopes import close_with_error
+from .sinks import SinkWorker
 from .spans import ScopeSpan
 from .store import TraceStore
 
@@ -73,16 +74,7 @@ class Profiler:
             sinks = exporters.build_sinks(
                 settings.output, settings.path, False, settings.spool_max_bytes
             )
-        self.workers = [
-            SinkWorker(
-                name,
-                exporter,
-                health,
-                max(1, settings.buffer_size // 2),
-                wait_for_room=0.0 if name == "otlp" else 1.0,
-            )
-            for name, exporter in sinks.items()
-        ]
+        self.workers = _sink_workers(sinks, settings, health)
         processor = RingBufferSpanProcessor(
             store, health, self.workers, settings.buffer_size, settings.flush_interval
         )
@@ -263,6 +255,31 @@ class Profiler:
             if span.is_recording():
                 span.set_status(status)
             span = span._parent_span
+
+
+def _sink_workers(sinks: dict[str, Any], settings: Settings, health: Health) -> list[SinkWorker]:
+    """A worker per sink. What the network sink loses is listed for a replay when it is spooled."""
+    workers = []
+    for name, exporter in sinks.items():
+        journal, recoverable = None, ""
+        if name == "otlp" and "spool" in sinks:
+            journal = exporters.UndeliveredJournal(settings.path, name)
+            recoverable = (
+                f"; they are in the spool, and their ids in {journal.directory}/ for a replay"
+            )
+        workers.append(
+            SinkWorker(
+                name,
+                exporter,
+                health,
+                max(1, settings.buffer_size // 2),
+                # Local sinks that are only behind a burst are waited for; the network never is.
+                wait_for_room=0.0 if name == "otlp" else 1.0,
+                journal=journal,
+                recoverable=recoverable,
+            )
+        )
+    return workers
 
 
 def _timeout(value: Any) -> float:

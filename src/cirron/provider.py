@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import environment as env
+from . import ids
 from .resource import build_resource
 
 _log = logging.getLogger("cirron")
@@ -50,7 +51,10 @@ def obtain(span_limits: Any) -> tuple[TracerProvider, bool]:
     if isinstance(current, TracerProvider) and current not in _made_by_us:
         return current, False
     provider = TracerProvider(
-        resource=build_resource(), span_limits=span_limits, shutdown_on_exit=False
+        resource=build_resource(),
+        span_limits=span_limits,
+        shutdown_on_exit=False,
+        id_generator=ids.ID_GENERATOR,  # ids no seed of the program can repeat
     )
     _made_by_us.add(provider)
     _set_global(provider)

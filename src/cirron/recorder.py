@@ -17,7 +17,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from . import values
+from . import ids, values
 from .health import Health
 from .processor import RingBufferSpanProcessor
 from .spans import ScopeSpan, TracerState, lean_path_possible
@@ -62,6 +62,10 @@ def span_limits(max_events: int) -> SpanLimits:
 def _tracer(provider: Any, max_events: int) -> tuple[Any, TracerState | None]:
     """cirron's tracer on ``provider``, and the lean span path when the provider allows it."""
     tracer = provider.get_tracer(TRACER_NAME, package_version())
+    if ids.private_ids(getattr(tracer, "id_generator", None)):
+        # Our own tracer only (the SDK path: a custom sampler); other tracers of
+        # a provider we did not make keep the generator it was given.
+        tracer.id_generator = ids.ID_GENERATOR
     if not lean_path_possible(provider):
         return tracer, None
     return tracer, TracerState(provider, tracer, max_events, MAX_VALUE_LENGTH)
@@ -123,7 +127,11 @@ def _in_memory() -> Recorder:
     health = Health()
     store = TraceStore(settings.trace_buffer)
     processor = RingBufferSpanProcessor(store, health)
-    provider = TracerProvider(shutdown_on_exit=False, span_limits=span_limits(settings.max_events))
+    provider = TracerProvider(
+        shutdown_on_exit=False,
+        span_limits=span_limits(settings.max_events),
+        id_generator=ids.ID_GENERATOR,
+    )
     provider.add_span_processor(processor)
     recorder = start_session(
         provider, session_attributes(), health, store, processor, settings.max_events

@@ -8,9 +8,9 @@ so a reader never sees half of one; a file that can't be written (full disk,
 unwritable directory, no ``safetensors``) is lost with one warning and a count
 in ``ci.health()["snapshot_files_lost"]``, and the statistics still go out.
 
-Epochs shorter than their snapshots would queue copies without bound, so a
-boundary waits while ``MAX_PENDING`` jobs are queued, at most ``MAX_WAIT``
-seconds; past that it takes no snapshot (``snapshots_dropped``).
+A model has at most one job in flight (:mod:`cirron.snapshot_pacing` decides
+what a boundary does while it is), so the queue never holds more jobs than
+there are watched models.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from . import files
 from .health import Health
 from .snapshot_records import event_attributes
 
-MAX_PENDING = 4
-MAX_WAIT = 30.0
 _IDLE_SECONDS = 1.0
 # kind of tensor -> (file name, span attribute holding its path)
 FILES = {
@@ -47,9 +45,12 @@ class Job:
     taken_ns: int  # the boundary: every event is stamped with it
     directory: str | None  # where raw tensors go; None: stats only
     metadata: dict[str, str]
+    started: float | None = None  # time.monotonic() when the snapshot thread took it up
+    finished: float | None = None  # ... and when it was done (its span ended)
 
     def run(self) -> None:
         span = self.span
+        self.started = time.monotonic()
         try:
             paths = self._write_files() if self.directory is not None else {}
             records = self.capture.records()
@@ -64,6 +65,7 @@ class Job:
         finally:
             self.capture.release()
             span.end()
+            self.finished = time.monotonic()
 
     def _write_files(self) -> dict[str, str]:
         """Write each kind's file; returns {span attribute: path} of those written."""
@@ -193,10 +195,9 @@ def run_later(function: Callable[..., Any], *args: Any) -> None:
     _current().submit(lambda: function(*args))
 
 
-def wait_for_room(timeout: float = MAX_WAIT) -> bool:
-    """Block while ``MAX_PENDING`` jobs are queued; False if still full after ``timeout``."""
-    worker = _current()
-    return worker.wait(lambda: len(worker.queue) < MAX_PENDING, timeout)
+def wait_finished(job: Job, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``job`` to be done; True when it is."""
+    return _current().wait(lambda: job.finished is not None, timeout)
 
 
 def drain(timeout: float) -> bool:

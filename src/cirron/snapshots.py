@@ -20,10 +20,12 @@ The work is split where the values could change:
 Modes (``ci.profile(snapshots=...)``): ``stats`` (the default) records the
 events only; ``full`` also writes ``weights.safetensors`` and
 ``gradients.safetensors`` under ``<path>/snapshots/<span id>/`` at every
-boundary; ``sampled`` does so at a boundary when ``random.random() <
-sample_rate`` (Python's global generator: seed it with ``random.seed(n)`` and
-a re-run samples the same epochs). Raw files are written only under
-``ci.profile()``.
+boundary; ``sampled`` does so at a boundary whose draw is below
+``sample_rate``. The draw depends on the state of Python's global ``random``
+and the epoch index, but never advances that generator (see
+:func:`_sampled`): a script that seeds ``random`` samples the same epochs on
+every run, and gets the same random numbers as without cirron. Raw files are
+written only under ``ci.profile()``.
 
 Adapters (one per framework, loaded only once that framework is imported)
 turn a model into a :class:`Capture`; see :data:`ADAPTERS`. A Keras or HF
@@ -45,7 +47,7 @@ from typing import Any, Protocol
 
 from opentelemetry import trace as trace_api
 
-from . import boundaries, recorder, snapshot_jobs
+from . import boundaries, recorder, snapshot_jobs, snapshot_pacing
 from .spans import ScopeSpan
 
 # framework module -> module holding its ``ADAPTER`` (imported once the framework is).
@@ -98,11 +100,23 @@ def _settings(rec: Any) -> tuple[str, float, str | None]:
     return settings.snapshots, settings.sample_rate, settings.path
 
 
-def _raw_this_boundary(mode: str, sample_rate: float) -> bool:
+def _raw_this_boundary(mode: str, sample_rate: float, epoch: Any) -> bool:
     if mode == "full":
         return True
-    # Python's own random(): a script that seeds `random` samples the same epochs each run.
-    return mode == "sampled" and sample_rate > 0.0 and random.random() < sample_rate
+    return mode == "sampled" and sample_rate > 0.0 and _sampled(sample_rate, epoch)
+
+
+def _sampled(sample_rate: float, epoch: Any) -> bool:
+    """The boundary's draw: reproducible under the program's seed, and no draw of its own.
+
+    Drawing from the global ``random`` would shift every number the program
+    draws after it, so a seeded run would compute something else with cirron
+    on. Its state is only read: a seeded run is in the same state at the same
+    epoch, and the epoch index tells the boundaries of a run apart.
+    """
+    index = (getattr(epoch, "attributes", None) or {}).get("index")
+    key = index if index is not None else epoch.get_span_context().span_id
+    return random.Random(f"{hash(random.getstate())}/{key}").random() < sample_rate
 
 
 def _start_span(
@@ -142,24 +156,20 @@ def _metadata(rec: Any, epoch: Any, model_name: str) -> dict[str, str]:
 
 def _take_one(
     rec: Any, epoch: Any, name: str, model: Any, mode: str, directory: str | None
-) -> None:
+) -> bool:
+    """Snapshot ``model`` at ``epoch``'s end; False when pacing skipped it."""
     adapter = adapter_for(model)
     if adapter is None:
         rec.health.warn_once(
             f"snapshot-{name}", "cirron: no snapshot adapter for %r; it is skipped", name
         )
-        return
-    if not snapshot_jobs.wait_for_room():
-        rec.health.add("snapshots_dropped")
-        rec.health.warn_once(
-            "snapshot-backlog",
-            "cirron: snapshots fell %d boundaries behind; this one is dropped "
-            "(counted in ci.health()['snapshots_dropped'])",
-            snapshot_jobs.MAX_PENDING,
-        )
-        return
+        return True
+    if not snapshot_pacing.ready(model, snapshot_pacing.budget(mode, directory is not None)):
+        return False
     start_ns = time.time_ns()
+    started = time.perf_counter()
     capture = adapter.capture(model, raw=directory is not None)
+    capture_seconds = time.perf_counter() - started
     try:
         attributes = {"snapshot.mode": mode, "snapshot.model": name}
         span = _start_span(rec, epoch, attributes, start_ns, capture.tensor_count)
@@ -171,7 +181,21 @@ def _take_one(
     except BaseException:
         capture.release()
         raise
+    snapshot_pacing.taken(model, job, capture_seconds)
     snapshot_jobs.submit(job)
+    return True
+
+
+def _report_skipped(rec: Any, epoch: Any, skipped: list[str]) -> None:
+    rec.health.add("snapshots_skipped", len(skipped))
+    epoch.set_attribute("snapshot.skipped", skipped)
+    rec.health.warn_once(
+        "snapshot-skipped",
+        "cirron: the snapshot of %s was still being finished at the next epoch boundary "
+        "(epochs shorter than a snapshot); such boundaries skip it rather than hold training "
+        "(counted in ci.health()['snapshots_skipped'], named in the epoch's snapshot.skipped)",
+        ", ".join(repr(name) for name in skipped),
+    )
 
 
 def take(epoch: Any) -> None:
@@ -184,13 +208,17 @@ def take(epoch: Any) -> None:
     from .watch import watched_models
 
     mode, sample_rate, path = _settings(rec)
-    raw = path is not None and _raw_this_boundary(mode, sample_rate)
+    raw = path is not None and _raw_this_boundary(mode, sample_rate, epoch)
     directory = os.path.abspath(os.path.join(path, "snapshots")) if raw and path else None
+    skipped = []
     for name, model in watched_models().items():
         try:
-            _take_one(rec, epoch, name, model, mode, directory)
+            if not _take_one(rec, epoch, name, model, mode, directory):
+                skipped.append(name)
         except Exception as error:  # noqa: BLE001 - one model's failure spares the others
             rec.health.failed("snapshot", error)
+    if skipped:
+        _report_skipped(rec, epoch, skipped)
 
 
 def prepare(model: Any) -> None:

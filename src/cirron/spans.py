@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import random
 import time
 import traceback
 from collections.abc import Mapping
@@ -31,17 +30,16 @@ from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from . import values
+from . import ids, values
 
 _log = logging.getLogger("cirron")
 UNSET_STATUS = Status(StatusCode.UNSET)  # shared: encoders test for it by identity
 _SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
 _time_ns = time.time_ns
-_random_bits = random.getrandbits
+_random_bits = ids.random_bits  # cirron's own generator, never the program's `random`
 
 
 def _clean_attribute(key: Any, value: Any, max_length: int) -> Any:
@@ -87,9 +85,11 @@ class TracerState:
         self.processors: Any = provider._active_span_processor
         self.max_events = max_events
         self.max_value_length = max_value_length
-        generator = provider.id_generator
+        generator: Any = provider.id_generator
+        if ids.private_ids(generator):  # nobody chose one: ids no seed can repeat
+            generator = ids.ID_GENERATOR
         self.new_trace_id = generator.generate_trace_id
-        self.random_ids = type(generator) is RandomIdGenerator
+        self.random_ids = generator is ids.ID_GENERATOR
         self._generate_span_id = generator.generate_span_id
 
     def new_span_id(self) -> int:
@@ -140,7 +140,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     ) -> None:
         self._name = name
         self._trace_id = trace_id
-        # Inline for the default generator (0 is invalid; a 1 in 2**64 redraw).
+        # Inline for cirron's own generator (0 is invalid; a 1 in 2**64 redraw).
         self._span_id = (
             (_random_bits(64) or state.new_span_id()) if state.random_ids else state.new_span_id()
         )

@@ -22,6 +22,7 @@ import pytest
 from faults import BlackHole, ErrorServer, SteadyRun, assert_spool_intact, closed_port, run_steady
 
 import cirron as ci
+from cirron.exporters import undelivered_spans
 from otlp_receiver import OtlpReceiver
 
 BACKENDS = ("refused", "black-hole", "503", "500")
@@ -85,13 +86,17 @@ def test_training_speed_is_the_same_with_the_backend_down(speed_runs, figures):
 def test_every_span_is_in_the_spool_and_every_otlp_loss_is_counted(speed_runs, backend, figures):
     run = speed_runs[backend][0]
     health = run.health
-    assert health["spans_dropped"] == 0
     spooled = assert_spool_intact(run.path)
     assert spooled == health["spans_ended"] == health["sinks"]["spool"]["exported"]
     otlp = health["sinks"]["otlp"]
     assert otlp["exported"] == 0 and otlp["errors"] >= 2, otlp
-    # Nothing unaccounted: what the otlp sink did not export, it counted as dropped.
-    assert otlp["dropped"] == health["spans_ended"], otlp
+    # Nothing unaccounted: what the otlp sink did not export, it counted as dropped,
+    # and the top-level figures say so: no span reached every sink.
+    assert otlp["dropped"] == health["spans_dropped"] == health["spans_ended"], otlp
+    assert health["spans_exported"] == 0
+    # Every one of them is listed for a replay from the spool.
+    spool_ids = {(s["traceId"], s["spanId"]) for s in ci.spool_spans(str(run.path))}
+    assert undelivered_spans(str(run.path)) == spool_ids
     assert health["export_errors"] >= otlp["errors"]
     assert "otlp" in health["last_export_error"]
     figures[f"backend {backend}: spans spooled / otlp dropped (counted)"] = (
@@ -152,8 +157,8 @@ def test_memory_stays_flat_while_the_backend_black_holes(servers, tmp_path, figu
     )
     assert run.health["spans_ended"] > 50_000  # more than every buffer together holds
     assert growth < 16, rss_mb
-    assert run.health["sinks"]["otlp"]["dropped"] > 0
-    assert run.health["spans_dropped"] == 0
+    assert run.health["sinks"]["otlp"]["dropped"] == run.health["spans_dropped"] > 0
+    assert run.health["sinks"]["spool"]["dropped"] == 0
     assert assert_spool_intact(run.path) == run.health["spans_ended"]
     assert sum("can't keep up" in line for line in run.warnings()) == 1, run.warnings()
 

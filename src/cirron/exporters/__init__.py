@@ -11,17 +11,20 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from .console import LogExporter, StdoutExporter
 from .otlp import endpoint_configured, otlp_exporter
 from .spool import SpoolExporter, read_spool, spool_files, spool_spans
+from .undelivered import UndeliveredJournal, undelivered_spans
 
 __all__ = [
     "LogExporter",
     "SpoolExporter",
     "StdoutExporter",
+    "UndeliveredJournal",
     "build_sinks",
     "endpoint_configured",
     "otlp_exporter",
     "read_spool",
     "spool_files",
     "spool_spans",
+    "undelivered_spans",
 ]
 
 

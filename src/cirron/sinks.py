@@ -1,0 +1,279 @@
+"""The sinks behind the span processor: one exporter each, its own thread, a bounded queue.
+
+A slow or hung exporter (an OTLP endpoint that never answers) only ever
+delays its own thread, never the spool, the flush thread or training. What a
+sink can't hold or deliver is lost *for that sink* and counted.
+
+Every drained batch is one :class:`Delivery`, shared by all sinks. It keeps
+the top-level figures of ``ci.health()`` honest: ``spans_exported`` counts
+the spans every sink delivered, ``spans_dropped`` every span that some sink
+lost (once, however many sinks lost it). A sink only ever loses a tail of a
+batch (the spans its queue had no room for) or all of it (a failed export),
+so the spans of a batch every sink still has are always a prefix of it.
+
+The first loss of each sink is reported in one warning that says why; later
+ones are counted only. A sink can also be given a ``journal``: a function that
+is told the lost spans (the OTLP sink's list of undelivered spans, for a
+replay from the spool).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .health import Health
+
+MAX_QUEUED_SPANS = 4096  # per sink: what a sink that can't keep up may hold in memory
+SINK_THREAD_PREFIX = "cirron-sink-"
+Journal = Callable[[Sequence[ReadableSpan]], None]
+
+
+class Delivery:
+    """One batch of ended spans as every sink gets it, and what became of it."""
+
+    __slots__ = ("spans", "_kept", "_waiting", "_health", "_lock")
+
+    def __init__(self, spans: Sequence[ReadableSpan], sinks: int, health: Health) -> None:
+        self.spans = spans
+        self._kept = len(spans)  # spans[:_kept] are not lost by any sink (yet)
+        self._waiting = sinks  # sinks not done with it
+        self._health = health
+        self._lock = threading.Lock()
+
+    def lost_from(self, index: int) -> None:
+        """A sink lost ``spans[index:]``: those not counted as lost yet now are."""
+        with self._lock:
+            if index < self._kept:
+                self._health.add("spans_dropped", self._kept - index)
+                self._kept = index
+
+    def done(self) -> None:
+        """A sink is done with the batch; after the last, what every sink kept is exported."""
+        with self._lock:
+            self._waiting -= 1
+            if self._waiting == 0:
+                self._health.add("spans_exported", self._kept)
+
+
+class SinkWorker:
+    """One exporter, its own thread and a bounded queue of deliveries."""
+
+    def __init__(
+        self,
+        name: str,
+        exporter: SpanExporter,
+        health: Health,
+        max_queued: int = MAX_QUEUED_SPANS,
+        wait_for_room: float = 0.0,
+        journal: Journal | None = None,
+        recoverable: str = "",
+    ) -> None:
+        self.name = name
+        self.max_queued = max_queued
+        # A local sink (a file, a stream) that is only behind is waited for, up
+        # to this long, before spans for it are dropped; a network sink never is.
+        self.wait_for_room = wait_for_room
+        self.exporter = exporter
+        self.exported = 0
+        self.dropped = 0
+        self.errors = 0
+        self._journal = journal
+        self._recoverable = recoverable  # what the loss warning says can be recovered, and how
+        self._health = health
+        self._stuck = False
+        # (delivery, how many of its spans this sink sends: a prefix)
+        self._queue: collections.deque[tuple[Delivery, int]] = collections.deque()
+        self._queued = 0  # spans waiting in _queue
+        self._in_flight: tuple[Delivery, int] | None = None  # in the exporter right now
+        self._wakeup = threading.Condition()
+        self._stopping = False
+        self._pid = os.getpid()
+        self._thread = threading.Thread(
+            target=self._run, name=SINK_THREAD_PREFIX + name, daemon=True
+        )
+        self._thread.start()
+
+    # -- the flush thread hands batches over ----------------------------------------
+    def submit(self, delivery: Delivery) -> None:
+        """Queue ``delivery``; what doesn't fit under ``max_queued`` spans is lost, and counted."""
+        self.ensure_running()
+        count = len(delivery.spans)
+        with self._wakeup:
+            # An empty queue takes any batch (one ring's worth at most).
+            if self._waiting() and self._waiting() + count > self.max_queued:
+                # Waited for once per stall: a sink that made no room in time is
+                # stuck (a hung disk) and is not waited for again until it exports.
+                if self.wait_for_room > 0 and not self._stuck:
+                    self._stuck = not self._wakeup.wait_for(
+                        lambda: not self._waiting() or self._stopping, self.wait_for_room
+                    )
+            waiting = self._waiting()
+            room = count if not waiting else max(self.max_queued - waiting, 0)
+            if count > room:
+                self._lose(delivery, room, count, "it can't keep up (slow or unreachable)")
+                count = room
+            if count:
+                self._queue.append((delivery, count))
+                self._queued += count
+                self._wakeup.notify()
+            else:
+                delivery.done()
+
+    def _waiting(self) -> int:
+        """Spans queued behind the batch being exported (call with ``_wakeup`` held).
+
+        While nothing is in flight, the first queued batch is the one the sink's
+        thread is about to take (it may not have been scheduled yet, in a burst
+        that holds the interpreter): it doesn't count, so what a sink absorbs
+        doesn't depend on when its thread gets to run.
+        """
+        if self._in_flight is None and self._queue:
+            return self._queued - self._queue[0][1]
+        return self._queued
+
+    def count_lost_before_queue(self, spans: int) -> None:
+        """Spans this sink never got (the ring was full): counted as its losses too."""
+        with self._wakeup:
+            self.dropped += spans
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Wait until everything submitted so far is exported, or ``deadline``."""
+        self.ensure_running()
+        with self._wakeup:
+            while self._queue or self._in_flight is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._wakeup.wait(remaining)
+        return True
+
+    def stop(self, deadline: float) -> None:
+        self.wait_idle(deadline)
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify_all()
+        try:
+            self.exporter.shutdown()
+        except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
+            self._health.failed(f"exporter {self.name} shutdown", error, "export_errors")
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        with self._wakeup:  # out of time: what is still queued or in flight is lost, and counted
+            unfinished = list(self._queue)
+            self._queue.clear()
+            self._queued = 0
+            if self._in_flight is not None:
+                unfinished.append(self._in_flight)
+                self._in_flight = None  # if that export still ends, it is not counted again
+            for delivery, count in unfinished:
+                self._lose(delivery, 0, count, "the process ended before they were delivered")
+                delivery.done()
+
+    # -- losses ------------------------------------------------------------------------
+    def _lose(self, delivery: Delivery, index: int, count: int, why: str) -> None:
+        """This sink lost ``delivery.spans[index:count]``: count it, journal it, say it once.
+
+        Called with ``_wakeup`` held, so a flush that waits for this sink to be
+        idle sees its losses counted (this is the rare path: a journal write is
+        a short append, and the training thread never takes this lock).
+        """
+        lost = count - index
+        self.dropped += lost
+        delivery.lost_from(index)
+        if self._journal is not None:
+            try:
+                self._journal(delivery.spans[index:count])
+            except Exception as error:  # noqa: BLE001 - the guard of our own bookkeeping
+                self._health.failed(f"sink {self.name} journal", error, "export_errors")
+        self._health.warn_once(
+            f"sink-lost-{self.name}",
+            "cirron: %d span(s) did not reach the %s sink: %s. Training continues; later losses "
+            "are only counted (ci.health()['spans_dropped'], ['sinks'][%r]['dropped'])%s",
+            lost,
+            self.name,
+            why,
+            self.name,
+            self._recoverable,
+        )
+
+    # -- the sink's thread -------------------------------------------------------------
+    def ensure_running(self) -> None:
+        """Start a new thread if this sink's thread died (a backstop for :meth:`_run`)."""
+        if not self._thread.is_alive() and not self._stopping and os.getpid() == self._pid:
+            self._restart(RuntimeError("the thread was found dead"))
+
+    def _restart(self, error: BaseException) -> None:
+        with self._wakeup:
+            if self._thread.is_alive() and self._thread is not threading.current_thread():
+                return  # restarted already
+            self._thread = threading.Thread(target=self._run, name=self._thread.name, daemon=True)
+            self._thread.start()
+        self._health.thread_restarted(self._thread.name, error)
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as error:  # noqa: BLE001 - e.g. an exporter's SystemExit
+            if not self._stopping and os.getpid() == self._pid:
+                self._restart(error)
+
+    def _serve(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._queue and not self._stopping:
+                    self._wakeup.wait()
+                if not self._queue:
+                    return
+                taken = self._in_flight = self._queue.popleft()
+                self._queued -= taken[1]
+            try:
+                self._export(taken)
+            finally:
+                with self._wakeup:
+                    if self._in_flight is taken:  # not finished: the thread is ending
+                        self._in_flight = None
+                    self._stuck = False  # it moved: wait for it again when it is behind
+                    self._wakeup.notify_all()
+
+    def _export(self, taken: tuple[Delivery, int]) -> None:
+        delivery, count = taken
+        spans = delivery.spans if count == len(delivery.spans) else delivery.spans[:count]
+        try:
+            result = self.exporter.export(spans)
+        except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
+            text = self._health.failed(f"exporter {self.name}", error, "export_errors", warn=False)
+            self._finish(taken, f"export failed ({text})")
+            return
+        except BaseException:
+            self._finish(taken, "the exporter ended its thread")
+            raise  # ends this thread, which _run replaces
+        if result == SpanExportResult.SUCCESS:
+            self._finish(taken, None)
+            return
+        text = self._health.failed(
+            f"exporter {self.name}",
+            RuntimeError("the exporter reported FAILURE"),
+            "export_errors",
+            warn=False,
+        )
+        self._finish(taken, f"export failed ({text})")
+
+    def _finish(self, taken: tuple[Delivery, int], failure: str | None) -> None:
+        """Count the outcome of an export of ``taken`` (``failure`` None: it succeeded)."""
+        delivery, count = taken
+        with self._wakeup:
+            if self._in_flight is not taken:
+                return  # given up on by stop(), and counted there
+            self._in_flight = None
+            if failure is None:
+                self.exported += count
+            else:
+                self.errors += 1
+                self._lose(delivery, 0, count, failure)
+            delivery.done()
