@@ -46,7 +46,7 @@ class Hanging(SpanExporter):
 def pipeline(*exporters, capacity=16, interval=60.0):
     health = Health()
     workers = [SinkWorker(f"sink{i}", e, health) for i, e in enumerate(exporters)]
-    processor = RingBufferSpanProcessor(TraceStore(100), health, workers, capacity, interval)
+    processor = RingBufferSpanProcessor(TraceStore(100), health, workers, capacity, interval, 3.0)
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(processor)
     return provider.get_tracer("test"), processor, health, workers
@@ -79,7 +79,7 @@ def test_what_any_sink_lost_is_dropped_once_and_exported_means_every_sink_delive
     fast, slow = Collecting(), Hanging()
     health = Health()
     workers = [SinkWorker("fast", fast, health), SinkWorker("slow", slow, health, max_queued=5)]
-    processor = RingBufferSpanProcessor(TraceStore(100), health, workers, 64, 60.0)
+    processor = RingBufferSpanProcessor(TraceStore(100), health, workers, 64, 60.0, 3.0)
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("test")
@@ -266,7 +266,7 @@ def test_a_burst_faster_than_a_local_sink_loses_nothing():
     slow = Slow()
     health = Health()
     sink = SinkWorker("spool", slow, health, max_queued=32, wait_for_room=1.0)
-    processor = RingBufferSpanProcessor(TraceStore(100), health, [sink], 64, 60.0)
+    processor = RingBufferSpanProcessor(TraceStore(100), health, [sink], 64, 60.0, 3.0)
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(processor)
     make_spans(provider.get_tracer("test"), 3000)

@@ -18,12 +18,11 @@ OTLP/JSON and to any OTLP endpoint set in ``OTEL_EXPORTER_OTLP_ENDPOINT``.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .exporters.spool import read_spool, spool_spans
 from .loops import batches, epochs
 from .profiler import Profiler, flush, health, profile, shutdown, trace
 from .scopes import Scope, mark, scope
+from .version import __version__
 from .watch import watch
 from .wrap import wrap
 

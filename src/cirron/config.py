@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import environment as env
+from . import registry
 
 _log = logging.getLogger("cirron")
 
 SNAPSHOT_MODES = ("stats", "sampled", "full")
 SINK_NAMES = ("spool", "log", "stdout", "none")
-FRAMEWORK_NAMES = ("torch", "tensorflow", "transformers")
 
 # ci.scope nesting deeper than this is not recorded (the user's code still runs).
 MAX_SCOPE_DEPTH = 64
@@ -109,7 +109,7 @@ def _output(name: str, value: Any) -> tuple[str, ...]:
 
 
 def _frameworks(name: str, value: Any) -> tuple[str, ...]:
-    return _names(name, value, FRAMEWORK_NAMES)
+    return _names(name, value, tuple(registry.FRAMEWORKS))
 
 
 def _split(text: str) -> list[str]:

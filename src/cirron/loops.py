@@ -13,8 +13,10 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from . import boundaries, recorder
+from . import recorder, training
 from .scopes import close_span, open_on
+from .training import USER
+from .training_state import Moment
 
 T = TypeVar("T")
 
@@ -38,75 +40,33 @@ def _is_torch_dataloader(iterable: Any) -> bool:
     )
 
 
-class _ScopedLoop(Iterator[T]):
-    """The iterator behind ``ci.epochs`` / ``ci.batches``.
+class _Loop(Iterator[T]):
+    """What ``ci.epochs`` and ``ci.batches`` share: a transparent iterator, one span per item.
 
-    The span of each item is a bare ``(span, token, context)`` tuple, the
-    hooks' lean path without a Scope object: this runs once per batch. Like
-    the hooks' spans, loop spans don't count toward the scope nesting limit:
-    a loop adds one level.
+    Each item is a training moment (:mod:`cirron.training`), the user's own.
+    Like the hooks' spans, loop spans don't count toward the scope nesting
+    limit: a loop adds one level.
     """
 
-    __slots__ = ("_iterable", "_iterator", "_name", "_index", "_open", "_timed", "_is_epochs")
+    __slots__ = ("_iterable", "_iterator", "_index", "_open")
+    _function = "ci.epochs"
 
-    def __init__(self, iterable: Iterable[T], name: str, is_epochs: bool) -> None:
+    def __init__(self, iterable: Iterable[T]) -> None:
         if not isinstance(iterable, Iterable) and not hasattr(iterable, "__getitem__"):
-            function = "ci.epochs" if is_epochs else "ci.batches"
-            raise TypeError(f"{function}() needs an iterable, got {type(iterable).__name__}")
+            raise TypeError(f"{self._function}() needs an iterable, got {type(iterable).__name__}")
         self._iterable = iterable
         self._iterator: Iterator[T] | None = None
-        self._name = name
         self._index = 0
-        self._open: tuple[Any, Any, Any] | None = None
-        self._timed = not is_epochs and _is_torch_dataloader(iterable)
-        self._is_epochs = is_epochs
+        self._open: Any = None  # what the open item's span is, while there is one
 
-    def __iter__(self) -> _ScopedLoop[T]:
+    def __iter__(self) -> _Loop[T]:
         return self
 
     def __len__(self) -> int:
         return len(self._iterable)  # type: ignore[arg-type]
 
-    def __next__(self) -> T:
-        if self._open is not None:
-            self.close()
-        iterator = self._iterator
-        if iterator is None:
-            iterator = self._iterator = iter(self._iterable)
-            if not self._is_epochs:
-                try:
-                    _driven.add(iterator)
-                except TypeError:  # not weak-referenceable: a plain iterator, no hooks care
-                    pass
-        rec = recorder.current
-        if rec is None:
-            rec = recorder.active()
-        elif not rec.enabled:
-            return next(iterator)
-        if self._timed:
-            started = _perf_ns()
-            item = next(iterator)  # StopIteration and errors propagate unchanged
-            attributes = {"index": self._index, "data_load_ns": _perf_ns() - started}
-        else:
-            item = next(iterator)
-            if self._is_epochs:  # epoch indexes count the whole run
-                index = rec.extras.get("epochs_started", 0)
-                rec.extras["epochs_started"] = index + 1
-                attributes = {"index": index}
-            else:
-                attributes = {"index": self._index}
-        self._index += 1
-        if rec.enabled:
-            self._open = open_on(rec, self._name, attributes, None)
-        return item
-
     def close(self) -> None:
         """Close the span of the current item (done for you by the loop)."""
-        opened, self._open = self._open, None
-        if opened is not None:
-            if self._is_epochs:
-                boundaries.epoch_ending(opened[0])
-            close_span(opened)
 
     def __del__(self) -> None:
         # A `break` drops the wrapper: close its open span right there.
@@ -116,13 +76,102 @@ class _ScopedLoop(Iterator[T]):
             pass
 
 
+class _Epochs(_Loop[T]):
+    """``ci.epochs``: each item is an epoch of the user's."""
+
+    __slots__ = ()
+
+    def __next__(self) -> T:
+        if self._open is not None:
+            self.close()
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = iter(self._iterable)
+        rec = recorder.current or recorder.active()
+        item = next(iterator)  # StopIteration and errors propagate unchanged
+        if rec.enabled and training.begin_epoch(USER):  # its index counts the epochs of the run
+            self._open = True
+        return item
+
+    def close(self) -> None:
+        if self._open is not None:
+            self._open = None
+            training.end_epoch(USER)
+
+
+class _Batches(_Loop[T]):
+    """``ci.batches``: each item is a batch, the user's step.
+
+    It runs once per batch, so on a path of its own: one :class:`Moment` per
+    loop, reused from item to item and put in the training state while its
+    batch is open, and the span opened on the hooks' lean path.
+    """
+
+    __slots__ = ("_moment", "_timed")
+    _function = "ci.batches"
+
+    def __init__(self, iterable: Iterable[T]) -> None:
+        super().__init__(iterable)
+        self._moment: Moment | None = None
+        self._timed = _is_torch_dataloader(iterable)
+
+    def __next__(self) -> T:
+        rec = recorder.current
+        if rec is None:
+            rec = recorder.active()
+        opened = self._open
+        if opened is not None:  # the previous batch: close() inline
+            self._open = None
+            state = rec.training
+            if state.step is opened:
+                state.step = None
+            close_span(opened.opened)
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = iter(self._iterable)
+            try:
+                _driven.add(iterator)
+            except TypeError:  # not weak-referenceable: a plain iterator, no hooks care
+                pass
+        if not rec.enabled:
+            return next(iterator)
+        if self._timed:
+            started = _perf_ns()
+            item = next(iterator)  # StopIteration and errors propagate unchanged
+            attributes = {"index": self._index, "data_load_ns": _perf_ns() - started}
+        else:
+            item = next(iterator)
+            attributes = {"index": self._index}
+        state = rec.training
+        if state.step is not None:  # a step another owner left open
+            training.yield_step_to_user(state)
+        opened = open_on(rec, "batch", attributes, None)
+        moment = self._moment
+        if moment is None:
+            moment = self._moment = Moment(USER, opened, 0, None)
+        else:
+            moment.opened = opened
+        state.step = self._open = moment
+        self._index += 1
+        return item
+
+    def close(self) -> None:
+        opened = self._open
+        if opened is not None:
+            self._open = None
+            state = (recorder.current or recorder.active()).training
+            if state.step is opened:
+                state.step = None
+            close_span(opened.opened)
+
+
 def epochs(iterable: Iterable[T]) -> Iterator[T]:
     """Yield the items of ``iterable``, each inside an ``epoch`` scope.
 
     ``for epoch in ci.epochs(range(20))`` yields 0..19 and records 20 ``epoch``
     spans; their ``index`` counts the epochs of the whole run, from 0.
     """
-    return _ScopedLoop(iterable, "epoch", is_epochs=True)
+    return _Epochs(iterable)
 
 
 def batches(iterable: Iterable[T]) -> Iterator[T]:
@@ -131,4 +180,4 @@ def batches(iterable: Iterable[T]) -> Iterator[T]:
     The ``index`` restarts at 0 for each call. For a torch ``DataLoader`` the
     time spent waiting for each batch is recorded as ``data_load_ns``.
     """
-    return _ScopedLoop(iterable, "batch", is_epochs=False)
+    return _Batches(iterable)

@@ -43,9 +43,10 @@ class RingBufferSpanProcessor(SpanProcessor):
         self,
         store: TraceStore,
         health: Health,
-        sinks: Sequence[SinkWorker] = (),
-        capacity: int = 8192,
-        flush_interval: float = 1.0,
+        sinks: Sequence[SinkWorker],
+        capacity: int,
+        flush_interval: float,
+        exit_timeout: float,
     ) -> None:
         self.store = store
         self._open_spans = store.open
@@ -58,6 +59,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._waiting: list[Any] = []  # drained, but waiting for a deferred attribute
         self._wake_at = max(1, capacity // 2)
         self._interval = flush_interval
+        self._exit_timeout = exit_timeout  # what shutdown() may wait, when not told
         self._wakeup = threading.Event()
         self._stuck = False  # the flush thread made no room when asked; cleared by a drain
         self._drain_lock = threading.RLock()  # re-entrant: a signal handler may flush
@@ -233,7 +235,9 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._drain(final=True)
         return all([sink.wait_idle(deadline) for sink in self.sinks])
 
-    def shutdown(self, timeout: float = 3.0, interrupted: bool = False) -> None:
+    def shutdown(self, timeout: float | None = None, interrupted: bool = False) -> None:
+        """Export what is left and stop, within ``timeout`` seconds (default: ``exit_timeout``)."""
+        timeout = timeout if timeout is not None else self._exit_timeout
         if self._stopped or os.getpid() != self._pid:
             self._stopped = True
             return

@@ -14,7 +14,18 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode, get_current_span
 
 from . import config as config_module
-from . import exporters, lifecycle, provider, readback, recorder, registry, snapshot_jobs, snapshots
+from . import (
+    exporters,
+    lifecycle,
+    provider,
+    readback,
+    recorder,
+    registry,
+    snapshot_jobs,
+    snapshots,
+    spans,
+    training,
+)
 from .config import Settings
 from .guard import call_guarded
 from .health import Health
@@ -38,7 +49,7 @@ class Profiler:
         self.settings = settings
         self.pid = os.getpid()
         self.instrumentors: dict[str, Any] = {}
-        self.recorder = Recorder(enabled=False, health=Health())
+        self.recorder = Recorder(enabled=False, health=Health(), settings=settings)
         self.workers: list[SinkWorker] = []
         self.transport = "otlp" if exporters.endpoint_configured() else "file"
         self._provider: Any = None
@@ -76,7 +87,12 @@ class Profiler:
             )
         self.workers = _sink_workers(sinks, settings, health)
         processor = RingBufferSpanProcessor(
-            store, health, self.workers, settings.buffer_size, settings.flush_interval
+            store,
+            health,
+            self.workers,
+            settings.buffer_size,
+            settings.flush_interval,
+            settings.exit_timeout,
         )
         span_provider.add_span_processor(processor)
         self._provider = span_provider
@@ -86,15 +102,13 @@ class Profiler:
             health,
             store,
             processor,
-            settings.max_events,
+            settings,
             parent=provider.parent_from_environment(),
         )
-        self.recorder.extras["epoch_steps"] = settings.epoch_steps
-        self.recorder.extras["settings"] = settings  # snapshot mode, sample rate, path
+        self.recorder.writes_files = True
         previous = recorder.replace(self.recorder)
-        if previous is not None and previous.extras.get("in_memory"):
-            # ci.watch() called before ci.profile() still counts
-            self.recorder.extras["watched"] = previous.extras.get("watched", {})
+        if previous is not None and previous.in_memory:
+            self.recorder.watched = previous.watched  # ci.watch() before ci.profile() still counts
         self._install_hooks()
         lifecycle.install(self._at_exit, self._on_signal, self._on_raise, settings.exit_timeout)
 
@@ -176,13 +190,15 @@ class Profiler:
             if recorder.current is self.recorder:
                 recorder.replace(None)
             return
+        if not interrupted:  # (a signal's path has ended every span already)
+            # The snapshots being finished end; then every open span, innermost first,
+            # the last epoch through its owner's rules (its snapshot); that snapshot
+            # ends, and the session last.
+            snapshot_jobs.drain(self.settings.exit_timeout)
+            self._end_open_spans(error=None, session=False)
+            snapshot_jobs.stop(self.settings.exit_timeout)
         for name, instrumentor in self.instrumentors.items():
             call_guarded(f"uninstrumenting {name}", lambda i=instrumentor: i.uninstrument())
-        loop = self.recorder.extras.get("training_loop")
-        if loop is not None and not interrupted:
-            call_guarded("closing the training loop", loop.close)
-        if not interrupted:
-            snapshot_jobs.stop(self.settings.exit_timeout)  # the last epochs' snapshots end
         self._end_open_spans(error=None, interrupted=interrupted)
         processor = self.recorder.processor
         if processor is not None:
@@ -193,35 +209,38 @@ class Profiler:
             recorder.replace(None)
 
     # -- exit paths -------------------------------------------------------------
-    def _end_open_spans(self, error: BaseException | str | None, interrupted: bool = False) -> None:
-        """End every open span, innermost first, the session last.
+    def _end_open_spans(
+        self, error: BaseException | str | None, interrupted: bool = False, session: bool = True
+    ) -> None:
+        """End every open span, innermost first, the session last (``session``: it too).
 
-        ``interrupted``: a signal froze the main thread somewhere in our code,
-        so never wait on a lock it may hold, and finish the ``on_end`` of a span
-        whose ``end()`` it cut short.
+        An open epoch or step ends as its owner would end it (its snapshot is
+        taken), unless ``interrupted``: a signal froze the main thread somewhere
+        in our code, so never wait on a lock it may hold, and finish the
+        ``on_end`` of a span whose ``end()`` it cut short.
         """
         store = self.recorder.store
         processor = self.recorder.processor
         if store is None:
             return
-        session = self.recorder.session
-        open_spans = [span for span in reversed(store.open_spans()) if span is not session]
-        if session is not None:
-            open_spans.append(session)
+        session_span = self.recorder.session
+        open_spans = [span for span in reversed(store.open_spans()) if span is not session_span]
+        if session and session_span is not None:
+            open_spans.append(session_span)
         for span in open_spans:
             if span.end_time is not None:
                 if interrupted and processor is not None:
-                    readable = getattr(span, "_readable_span", None)  # an SDK span: its copy
-                    processor.on_end_interrupted(readable() if readable else span)
+                    processor.on_end_interrupted(spans.ended_copy(span))
                 continue
-            lock = getattr(span, "_lock", None)  # SDK spans; ours have none
+            lock = spans.span_lock(span)  # SDK spans; ours have none
             if interrupted and lock is not None:
                 if not lock.acquire(timeout=0.1):
                     continue  # held by the frozen thread: this one span is lost
                 lock.release()
             if error is not None:
                 close_with_error(span, error)
-            span.end()
+            if interrupted or not call_guarded("ending an epoch", training.end_moment, span):
+                span.end()
 
     def _at_exit(self) -> None:
         if os.getpid() != self.pid:
@@ -230,11 +249,18 @@ class Profiler:
         # spans still open say so (the interpreter keeps the error in sys.last_value).
         error = getattr(sys, "last_value", None)
         if isinstance(error, BaseException) and not hasattr(sys, "ps1"):
-            self._end_open_spans(error=error)
+            self._mark_failed(error)
         self.shutdown()
 
+    def _mark_failed(self, error: BaseException) -> None:
+        """Record ``error`` on every span still open (shutdown then ends them)."""
+        store = self.recorder.store
+        for span in store.open_spans() if store is not None else ():
+            if span.is_recording():
+                close_with_error(span, error)
+
     def _on_signal(self, name: str, dying: bool) -> None:
-        self.recorder.extras["signal"] = name
+        self.recorder.signal = name
         if dying:
             self._end_open_spans(error=f"terminated by {name}", interrupted=True)
             self.shutdown(interrupted=True)
@@ -371,7 +397,7 @@ def shutdown() -> None:
     profiler = _profiler
     if profiler is not None:
         profiler.shutdown()
-    elif recorder.current is not None and recorder.current.extras.get("in_memory"):
+    elif recorder.current is not None and recorder.current.in_memory:
         recorder.replace(None)
 
 

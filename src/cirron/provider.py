@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import environment as env
-from . import ids
+from . import ids, spans
 from .resource import build_resource
 
 _log = logging.getLogger("cirron")
@@ -31,11 +31,8 @@ def _set_global(provider: TracerProvider) -> None:
     current = trace.get_tracer_provider()
     if current in _made_by_us:
         # Our own provider from an earlier profile(): the API allows setting the
-        # global provider once, so undo that first (as OTel's test utilities do).
-        from opentelemetry.util._once import Once
-
-        trace._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
-        trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+        # global provider once, so undo that first.
+        spans.forget_global_provider()
     elif not isinstance(current, trace.ProxyTracerProvider):
         _log.info(
             "cirron: the global tracer provider is not an SDK provider; "
@@ -62,30 +59,17 @@ def obtain(span_limits: Any) -> tuple[TracerProvider, bool]:
 
 
 def remove_processor(provider: TracerProvider, processor: SpanProcessor) -> None:
-    """Detach ``processor``; the SDK has no public way, so this is guarded."""
-    try:
-        multi = provider._active_span_processor  # type: ignore[attr-defined]
-        with multi._lock:
-            multi._span_processors = tuple(p for p in multi._span_processors if p is not processor)
-    except AttributeError:  # a future SDK: the processor stays, stopped and inert
+    """Detach ``processor``; the SDK has no public way, so this may do nothing."""
+    if not spans.remove_span_processor(provider, processor):
         _log.debug("cirron: could not detach the span processor from the provider")
 
 
 def exports_otlp_already(provider: TracerProvider) -> bool:
     """True when the (reused) provider already has an OTLP exporter of its own."""
-    try:
-        processors = provider._active_span_processor._span_processors  # type: ignore[attr-defined]
-    except AttributeError:
-        return False
-    for processor in processors:
-        for holder in (processor, getattr(processor, "_batch_processor", None)):
-            for attribute in ("span_exporter", "_exporter", "exporter"):
-                exporter = getattr(holder, attribute, None)
-                if exporter is not None and type(exporter).__module__.startswith(
-                    "opentelemetry.exporter.otlp"
-                ):
-                    return True
-    return False
+    return any(
+        type(exporter).__module__.startswith("opentelemetry.exporter.otlp")
+        for exporter in spans.exporters_of(provider)
+    )
 
 
 def parent_from_environment() -> otel_context.Context | None:

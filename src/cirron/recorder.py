@@ -10,6 +10,7 @@ installs a disabled recorder that makes every scope a shared no-op.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +19,13 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from . import ids, values
+from .config import Settings
 from .health import Health
 from .processor import RingBufferSpanProcessor
 from .spans import ScopeSpan, TracerState, lean_path_possible
 from .store import TraceStore
+from .training_state import TrainingState
+from .version import __version__
 
 TRACER_NAME = "cirron"
 SESSION_SPAN = "cirron.session"
@@ -30,26 +34,31 @@ MAX_VALUE_LENGTH = values.MAX_VALUE_LENGTH  # characters kept of a string attrib
 
 @dataclass
 class Recorder:
+    """Everything one run records with: where spans go, and what the run has learned so far."""
+
     enabled: bool
     health: Health
+    settings: Settings = field(default_factory=Settings)  # ci.profile()'s, or the defaults
     store: TraceStore | None = None
     tracer: Any = None
     processor: RingBufferSpanProcessor | None = None
     session: Any = None  # the open cirron.session span
     session_context: Any = None  # an OTel Context holding the session span
     lean: TracerState | None = None  # the fast span path, when the provider allows it
-    # ci.watch'ed models and the like, for instrumentors (keyed by purpose).
-    extras: dict[str, Any] = field(default_factory=dict)
+    writes_files: bool = False  # made by ci.profile(): raw snapshot files may be written
+    in_memory: bool = False  # made by the first scope without ci.profile(): no profiler
+    watched: dict[str, weakref.ref[Any]] = field(default_factory=dict)  # ci.watch, by name
+    training: TrainingState = field(default_factory=TrainingState)  # the open epoch and step
+    signal: str | None = None  # the signal that is ending the process (SIGTERM, SIGINT)
+
+    def watched_models(self) -> dict[str, Any]:
+        """The watched models still alive, by name."""
+        models = {name: reference() for name, reference in list(self.watched.items())}
+        return {name: model for name, model in models.items() if model is not None}
 
 
 current: Recorder | None = None
 _lock = threading.Lock()
-
-
-def package_version() -> str:
-    from . import __version__
-
-    return __version__
 
 
 def span_limits(max_events: int) -> SpanLimits:
@@ -61,7 +70,7 @@ def span_limits(max_events: int) -> SpanLimits:
 
 def _tracer(provider: Any, max_events: int) -> tuple[Any, TracerState | None]:
     """cirron's tracer on ``provider``, and the lean span path when the provider allows it."""
-    tracer = provider.get_tracer(TRACER_NAME, package_version())
+    tracer = provider.get_tracer(TRACER_NAME, __version__)
     if ids.private_ids(getattr(tracer, "id_generator", None)):
         # Our own tracer only (the SDK path: a custom sampler); other tracers of
         # a provider we did not make keep the generator it was given.
@@ -77,11 +86,11 @@ def start_session(
     health: Health,
     store: TraceStore,
     processor: RingBufferSpanProcessor,
-    max_events: int,
+    settings: Settings,
     parent: Any = None,
 ) -> Recorder:
     """Open ``cirron.session`` (a root span, or a child of ``parent``)."""
-    tracer, lean = _tracer(provider, max_events)
+    tracer, lean = _tracer(provider, settings.max_events)
     root_context = parent if parent is not None else otel_context.Context()
     if lean is not None:
         remote = trace.get_current_span(root_context)
@@ -100,6 +109,7 @@ def start_session(
     return Recorder(
         enabled=True,
         health=health,
+        settings=settings,
         store=store,
         tracer=tracer,
         processor=processor,
@@ -121,41 +131,45 @@ def session_attributes(frameworks: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def _in_memory() -> Recorder:
-    from .config import Settings
-
     settings = Settings()
     health = Health()
     store = TraceStore(settings.trace_buffer)
-    processor = RingBufferSpanProcessor(store, health)
+    processor = RingBufferSpanProcessor(
+        store, health, (), settings.buffer_size, settings.flush_interval, settings.exit_timeout
+    )
     provider = TracerProvider(
         shutdown_on_exit=False,
         span_limits=span_limits(settings.max_events),
         id_generator=ids.ID_GENERATOR,
     )
     provider.add_span_processor(processor)
-    recorder = start_session(
-        provider, session_attributes(), health, store, processor, settings.max_events
-    )
-    # ci.trace() on the in-memory recorder reports enabled=False: no profiler.
-    recorder.extras["in_memory"] = True
+    recorder = start_session(provider, session_attributes(), health, store, processor, settings)
+    recorder.in_memory = True  # ci.trace() then reports enabled=False: no profiler
     return recorder
 
 
-def bind_provider(provider: Any, max_events: int = 10000) -> Recorder:
+def bind_provider(provider: Any) -> Recorder:
     """A recorder on the user's own provider, for instrumentors used with plain OTel.
 
     No ``cirron.session`` (spans with no open parent become roots), no sinks,
     no threads: the user's processors export; the store keeps ``ci.trace()``.
     """
-    from .config import Settings
-
+    settings = Settings()
     health = Health()
-    store = TraceStore(Settings().trace_buffer)
-    processor = RingBufferSpanProcessor(store, health)
+    store = TraceStore(settings.trace_buffer)
+    processor = RingBufferSpanProcessor(
+        store, health, (), settings.buffer_size, settings.flush_interval, settings.exit_timeout
+    )
     provider.add_span_processor(processor)
-    tracer, lean = _tracer(provider, max_events)
+    tracer, lean = _tracer(provider, settings.max_events)
     bound = Recorder(
-        enabled=True, health=health, store=store, tracer=tracer, processor=processor, lean=lean
+        enabled=True,
+        health=health,
+        settings=settings,
+        store=store,
+        tracer=tracer,
+        processor=processor,
+        lean=lean,
     )
     replace(bound)
     return bound

@@ -6,9 +6,11 @@ gets a post-import hook, so its instrumentor attaches the moment the script
 imports it, and never if it doesn't. Instrumentors are loaded by import path
 from ``cirron.instrumentors``; the core knows no framework's API.
 
-When several frameworks are in use, the one with the highest ``priority``
-owns the semantic ``epoch`` and ``step`` scopes (transformers > tensorflow >
-torch); the others yield those names and keep their lower-level scopes.
+Each framework's ``priority`` ranks it as an owner of ``epoch`` and ``step``
+(transformers > tensorflow/keras > torch): :mod:`cirron.training` lets the
+highest owner at work have them, and the others keep only their lower-level
+spans. A framework is this one entry (its instrumentor, its snapshot adapter)
+plus its module under ``cirron.instrumentors``; nothing else lists frameworks.
 """
 
 from __future__ import annotations
@@ -26,25 +28,35 @@ _log = logging.getLogger("cirron")
 
 @dataclass(frozen=True)
 class Framework:
-    name: str
+    name: str  # as ci.profile(frameworks=[...]) and CIRRON_FRAMEWORKS name it
     modules: tuple[str, ...]  # importing any of these means the framework is in use
     instrumentor: str  # "module:Class" under cirron.instrumentors
-    priority: int
+    priority: int  # as an owner of epoch and step: higher wins
+    snapshot_adapter: str | None = None  # "module:NAME" of its models' snapshot adapter
 
 
 FRAMEWORKS: dict[str, Framework] = {
     framework.name: framework
     for framework in (
         Framework(
+            "torch",
+            ("torch",),
+            "cirron.instrumentors.torch:TorchInstrumentor",
+            priority=1,
+            snapshot_adapter="cirron.instrumentors.torch_snapshot:ADAPTER",
+        ),
+        Framework(
+            "tensorflow",
+            ("tensorflow", "keras"),
+            "cirron.instrumentors.keras:KerasInstrumentor",
+            priority=2,
+        ),
+        Framework(
             "transformers",
             ("transformers",),
             "cirron.instrumentors.transformers:TransformersInstrumentor",
-            3,
+            priority=3,
         ),
-        Framework(
-            "tensorflow", ("tensorflow", "keras"), "cirron.instrumentors.keras:KerasInstrumentor", 2
-        ),
-        Framework("torch", ("torch",), "cirron.instrumentors.torch:TorchInstrumentor", 1),
     )
 }
 
@@ -66,6 +78,21 @@ def detect() -> tuple[str, ...]:
 
 def in_use(name: str) -> bool:
     return any(module in sys.modules for module in FRAMEWORKS[name].modules)
+
+
+def load_object(path: str) -> Any:
+    """The object a ``"module:NAME"`` path names (the module is imported)."""
+    module_name, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def snapshot_adapters() -> list[Any]:
+    """The snapshot adapters of the frameworks the program has imported (none imports one)."""
+    return [
+        load_object(framework.snapshot_adapter)
+        for framework in FRAMEWORKS.values()
+        if framework.snapshot_adapter is not None and in_use(framework.name)
+    ]
 
 
 def load_instrumentor(name: str) -> Any | None:

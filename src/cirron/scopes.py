@@ -3,9 +3,9 @@
 A scope is an SDK span that is the current span in the OpenTelemetry context
 while it is open, so spans from any other OTel instrumentation nest under it.
 A scope with no recording parent in its context becomes a child of
-``cirron.session`` (also in other threads). Nesting depth is tracked per
-thread / async task in a ``ContextVar``; past ``MAX_SCOPE_DEPTH`` a scope runs
-the user's code but records nothing.
+``cirron.session`` (also in other threads). Nesting depth is kept in the
+same OTel context, so it is per thread / async task; past ``MAX_SCOPE_DEPTH``
+a scope runs the user's code but records nothing.
 """
 
 from __future__ import annotations
@@ -14,56 +14,25 @@ import functools
 import inspect
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any
 
-from opentelemetry import context as otel_context
+from opentelemetry.context import create_key
 from opentelemetry.context.context import Context
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import Status, StatusCode
-from opentelemetry.trace.propagation import _SPAN_KEY as _span_key
 
-from . import recorder, values
+from . import recorder, training_state, values
 from .config import MAX_SCOPE_DEPTH
-from .spans import ScopeSpan
+from .spans import SPAN_KEY, ScopeSpan, context_variable
 
-_depth: ContextVar[int] = ContextVar("cirron_scope_depth", default=0)
-_SPAN_KEY = _span_key
+# Scopes recorded around the current point, kept in the OTel context beside the span.
+_DEPTH_KEY = create_key("cirron-scope-depth")
 _time_ns = time.time_ns
+_enclosing = training_state.enclosing  # spans an epoch or step opened inside (mutated in place)
+_completed = training_state.completed  # [span of a completed step whose loop may be left, loop]
+_hooks = training_state.hooks
 
 
-def _runtime_context_var() -> Any:
-    """The ContextVar behind OpenTelemetry's context, used directly on the hot path."""
-    runtime = otel_context._RUNTIME_CONTEXT  # type: ignore[attr-defined]
-    if isinstance(runtime, ContextVarsRuntimeContext):
-        return runtime._current_context
-    return _RuntimeContextAdapter()
-
-
-class _RuntimeContextAdapter:
-    """The same three calls through the public API, for a custom runtime context."""
-
-    def get(self) -> Any:
-        return otel_context.get_current()
-
-    def set(self, context: Any) -> Any:
-        return otel_context.attach(context)
-
-    def reset(self, token: Any) -> None:
-        otel_context.detach(token)
-
-
-_context_var = _runtime_context_var()
-
-
-def current_span_chain() -> list[Any]:
-    """The open spans of this thread/task, innermost first (cirron's spans only)."""
-    chain = []
-    span = _context_var.get().get(_SPAN_KEY)
-    while isinstance(span, ScopeSpan) and span.is_recording():
-        chain.append(span)
-        span = span._parent_span
-    return chain
+_context_var = context_variable()  # the OTel context, without the API's layers
 
 
 def _lean_trace_id(parent: Any) -> int | None:
@@ -86,7 +55,6 @@ class Scope:
         "span",
         "start_ns",
         "_opened",
-        "_depth",
     )
 
     def __init__(self, name: str, attributes: dict[str, Any], start_ns: int | None = None) -> None:
@@ -97,12 +65,11 @@ class Scope:
 
     def __enter__(self) -> Scope:
         rec = recorder.current or recorder.active()
-        depth = _depth.get()
-        _depth.set(depth + 1)
-        self._depth = depth
         if not rec.enabled:
             self.span = None
             return self
+        previous = _context_var.get()
+        depth = previous.get(_DEPTH_KEY, 0)  # recorded scopes around this one, here
         if depth >= MAX_SCOPE_DEPTH:
             self.span = None
             rec.health.add("scopes_too_deep")
@@ -114,16 +81,23 @@ class Scope:
                 self.name,
             )
             return self
-        self._opened = open_on(rec, self.name, {**self.attributes}, self.start_ns)
-        self.span = self._opened[0]
+        if _completed[0] is not None and previous.get(SPAN_KEY) is _completed[0]:
+            _hooks.loop_check()  # a scope after the training loop is not in its step
+            previous = _context_var.get()
+        # open_on, inline (this is the hot path), with the depth in the same context
+        span = _start_span(rec, self.name, {**self.attributes}, self.start_ns, previous)
+        context = Context({**previous, SPAN_KEY: span, _DEPTH_KEY: depth + 1})
+        self._opened = (span, _context_var.set(context), previous)
+        self.span = span
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
-        _depth.set(self._depth)
         span = self.span
         if span is None:
             return
         self.span = None
+        if span in _enclosing:  # an epoch or step the hooks opened inside ends with it
+            _hooks.enclosing_end(span)
         close_span(self._opened, exc)
 
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -182,7 +156,7 @@ def close_with_error(span: Any, error: BaseException | str) -> None:
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             # Raised by a signal's handler: name the signal (SIGINT, SIGTERM).
             rec = recorder.current
-            received = rec.extras.get("signal") if rec is not None else None
+            received = rec.signal if rec is not None else None
             if received:
                 description = f"{received}: {description}"
     else:
@@ -195,7 +169,7 @@ def _start_span(
     rec: Any, name: str, attributes: dict[str, Any], start_ns: int | None, context: Any
 ) -> Any:
     """A span under the open span of ``context`` (or ``cirron.session``), lean when possible."""
-    parent = context.get(_SPAN_KEY)
+    parent = context.get(SPAN_KEY)
     lean = rec.lean
     # The common case first: inside one of our open spans (an epoch, a step).
     if type(parent) is ScopeSpan and parent._end_time is None and lean is not None:
@@ -220,7 +194,7 @@ def open_on(
     """Start a span on recorder ``rec`` and make it current; returns what :func:`close_span` needs."""
     previous = _context_var.get()
     span = _start_span(rec, name, attributes, start_ns, previous)
-    return span, _context_var.set(Context({**previous, _SPAN_KEY: span})), previous
+    return span, _context_var.set(Context({**previous, SPAN_KEY: span})), previous
 
 
 def open_span(
@@ -246,7 +220,8 @@ def close_span(opened: tuple[Any, Any, Any], error: BaseException | None = None)
         # Also right when closed out of order: the token restores what this span replaced.
         _context_var.reset(token)
     except (ValueError, RuntimeError):  # another context (a generator moved), or reset twice
-        _context_var.set(previous)
+        if _context_var.get().get(SPAN_KEY) is span:  # never another thread's context
+            _context_var.set(previous)
 
 
 def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
@@ -263,7 +238,7 @@ def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
 
 def current_span() -> Any:
     """The current span of this thread/task in the OTel context (None if there is none)."""
-    return _context_var.get().get(_SPAN_KEY)
+    return _context_var.get().get(SPAN_KEY)
 
 
 def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
@@ -309,8 +284,13 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
         if kind not in MARK_KINDS:
             raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
         return
-    span = _context_var.get().get(_SPAN_KEY)
-    if span is None or not span.is_recording():
+    span = _context_var.get().get(SPAN_KEY)
+    if span is _completed[0] and span is not None:
+        _hooks.loop_check()  # a mark after the training loop is not its step's
+        span = _context_var.get().get(SPAN_KEY)
+    if type(span) is ScopeSpan and span._end_time is None:
+        pass  # the common case, without a call
+    elif span is None or not span.is_recording():
         span = rec.session
         if span is None or not span.is_recording():
             rec.health.add("marks_dropped")

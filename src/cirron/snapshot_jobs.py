@@ -113,16 +113,6 @@ def _write_atomically(
         return False
 
 
-def widen_event_limit(span: Any, events: int) -> None:
-    """Give an SDK span (a custom sampler's) room for ``events`` events."""
-    from opentelemetry.sdk.util import BoundedList
-
-    current = getattr(span, "_events", None)
-    limit = getattr(getattr(current, "_dq", None), "maxlen", None)
-    if isinstance(current, BoundedList) and limit is not None and limit < events:
-        span._events = BoundedList(events)
-
-
 # -- the thread ----------------------------------------------------------------------
 class _Worker:
     def __init__(self) -> None:

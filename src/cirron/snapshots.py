@@ -27,31 +27,26 @@ and the epoch index, but never advances that generator (see
 every run, and gets the same random numbers as without cirron. Raw files are
 written only under ``ci.profile()``.
 
-Adapters (one per framework, loaded only once that framework is imported)
-turn a model into a :class:`Capture`; see :data:`ADAPTERS`. A Keras or HF
-hook plugs in by adding its adapter there, and gets its models snapshotted by
-calling ``ci.watch`` on them and :func:`cirron.boundaries.epoch_ending` before
-the epoch span it owns ends.
+Adapters (one per framework, named in its registry entry and loaded only
+once that framework is imported) turn a model into a :class:`Capture`. A
+framework hook gets its models snapshotted by registering them
+(:func:`cirron.watch.register`) and reporting its epochs to
+:mod:`cirron.training`, which runs the boundary.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import os
 import random
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from opentelemetry import trace as trace_api
 
-from . import boundaries, recorder, snapshot_jobs, snapshot_pacing
+from . import boundaries, recorder, registry, snapshot_jobs, snapshot_pacing, spans
 from .spans import ScopeSpan
-
-# framework module -> module holding its ``ADAPTER`` (imported once the framework is).
-ADAPTERS: dict[str, str] = {"torch": "cirron.instrumentors.torch_snapshot"}
 
 
 class Capture(Protocol):
@@ -75,6 +70,9 @@ class Capture(Protocol):
 class Adapter(Protocol):
     def claims(self, model: Any) -> bool: ...
 
+    def unwrap(self, model: Any) -> Any:
+        """The model whose parameters to capture, inside any wrapper (DDP, compile, ...)."""
+
     def capture(self, model: Any, raw: bool) -> Capture: ...
 
     def prepare(self, model: Any, raw: bool) -> None:
@@ -83,20 +81,18 @@ class Adapter(Protocol):
 
 def adapter_for(model: Any) -> Adapter | None:
     """The adapter of the framework ``model`` belongs to (None: not a model we know)."""
-    for framework, module_name in ADAPTERS.items():
-        if framework in sys.modules:
-            adapter: Adapter = importlib.import_module(module_name).ADAPTER
-            if adapter.claims(model):
-                return adapter
+    for adapter in registry.snapshot_adapters():
+        if adapter.claims(model):
+            return adapter  # type: ignore[no-any-return]
     return None
 
 
 # -- the boundary (training thread) ------------------------------------------------
 def _settings(rec: Any) -> tuple[str, float, str | None]:
     """(mode, sample rate, path for raw files or None) of the running profiler."""
-    settings = rec.extras.get("settings")
-    if settings is None:  # no ci.profile(): stats in memory, nothing written
+    if not rec.writes_files:  # no ci.profile(): stats in memory, nothing written
         return "stats", 0.0, None
+    settings = rec.settings
     return settings.snapshots, settings.sample_rate, settings.path
 
 
@@ -138,7 +134,7 @@ def _start_span(
         links=[trace_api.Link(link)],
         start_time=start_ns,
     )
-    snapshot_jobs.widen_event_limit(span, events + 16)
+    spans.widen_event_limit(span, events + 16)
     return span
 
 
@@ -148,9 +144,9 @@ def _metadata(rec: Any, epoch: Any, model_name: str) -> dict[str, str]:
     index = (getattr(epoch, "attributes", None) or {}).get("index")
     if index is not None:
         metadata["epoch"] = str(index)
-    loop = rec.extras.get("training_loop")
-    if loop is not None:
-        metadata["step"] = str(loop.step_index)  # steps opened so far in the run
+    steps = rec.training.next_step
+    if steps:
+        metadata["step"] = str(steps)  # steps opened so far in the run
     return metadata
 
 
@@ -201,17 +197,13 @@ def _report_skipped(rec: Any, epoch: Any, skipped: list[str]) -> None:
 def take(epoch: Any) -> None:
     """Snapshot every watched model; ``epoch`` is the span about to end."""
     rec = recorder.current
-    if rec is None or not rec.enabled or not rec.extras.get("watched"):
+    if rec is None or not rec.enabled or not rec.watched or not epoch.is_recording():
         return
-    if not epoch.is_recording():
-        return
-    from .watch import watched_models
-
     mode, sample_rate, path = _settings(rec)
     raw = path is not None and _raw_this_boundary(mode, sample_rate, epoch)
     directory = os.path.abspath(os.path.join(path, "snapshots")) if raw and path else None
     skipped = []
-    for name, model in watched_models().items():
+    for name, model in rec.watched_models().items():
         try:
             if not _take_one(rec, epoch, name, model, mode, directory):
                 skipped.append(name)

@@ -16,6 +16,12 @@ instrumentation nests under it), and every reader of ``ReadableSpan``
 
 The ``SpanContext`` (0.8 us to build) is made lazily, the first time
 something asks for it; most scopes are never asked.
+
+This is also the one module that reaches OpenTelemetry's private names (the
+last section): the context variable behind the OTel context, the provider's
+tuple of span processors, the global provider's set-once guard, an SDK span's
+lock and ended copy. Each use says why, and what happens if an SDK version
+lacks the name.
 """
 
 from __future__ import annotations
@@ -28,10 +34,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 from . import ids, values
 
@@ -331,3 +340,94 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
 
     def __repr__(self) -> str:
         return f"ScopeSpan(name={self._name!r}, span_id={self._span_id:016x})"
+
+
+# -- OpenTelemetry's private names: reached from here only ---------------------------------
+SPAN_KEY = _SPAN_KEY  # the key of the current span in an OTel Context
+
+
+def context_variable() -> Any:
+    """The ``ContextVar`` behind OpenTelemetry's context, used directly on the hot path.
+
+    ``get``/``set``/``reset`` on it are what ``context.get_current``/``attach``/
+    ``detach`` do, without their layers. With a custom runtime context (an
+    ``OTEL_PYTHON_CONTEXT`` of another kind) the public API is used instead.
+    """
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    if isinstance(runtime, ContextVarsRuntimeContext) and hasattr(runtime, "_current_context"):
+        return runtime._current_context
+    return _PublicContext()
+
+
+class _PublicContext:
+    """The same three calls through the public API, for a custom runtime context."""
+
+    def get(self) -> Any:
+        return otel_context.get_current()
+
+    def set(self, context: Any) -> Any:
+        return otel_context.attach(context)
+
+    def reset(self, token: Any) -> None:
+        otel_context.detach(token)
+
+
+def span_processors(provider: Any) -> tuple[Any, ...]:
+    """The span processors of an SDK provider (the SDK has no public way to list them)."""
+    multi = getattr(provider, "_active_span_processor", None)
+    return tuple(getattr(multi, "_span_processors", ()))
+
+
+def remove_span_processor(provider: Any, processor: Any) -> bool:
+    """Detach ``processor`` from ``provider``; False when this SDK offers no way (it stays, inert)."""
+    multi = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    if multi is None or lock is None or not hasattr(multi, "_span_processors"):
+        return False
+    with lock:
+        multi._span_processors = tuple(p for p in multi._span_processors if p is not processor)
+    return True
+
+
+def exporters_of(provider: Any) -> list[Any]:
+    """The exporters behind the provider's processors (batch and simple processors alike)."""
+    found = []
+    for processor in span_processors(provider):
+        for holder in (processor, getattr(processor, "_batch_processor", None)):
+            for attribute in ("span_exporter", "_exporter", "exporter"):
+                exporter = getattr(holder, attribute, None)
+                if exporter is not None:
+                    found.append(exporter)
+    return found
+
+
+def forget_global_provider() -> None:
+    """Allow ``trace.set_tracer_provider`` again (it is set-once), as OTel's test utilities do.
+
+    Only ever for a provider cirron made for an earlier ``ci.profile()``.
+    """
+    from opentelemetry.util._once import Once
+
+    trace_api._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
+    trace_api._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+
+
+def ended_copy(span: Any) -> Any:
+    """What an SDK span handed its processors when it ended (itself, for our lean spans)."""
+    readable = getattr(span, "_readable_span", None)
+    return readable() if readable is not None else span
+
+
+def span_lock(span: Any) -> Any:
+    """An SDK span's lock (None for ours, which need none)."""
+    return getattr(span, "_lock", None)
+
+
+def widen_event_limit(span: Any, events: int) -> None:
+    """Give an SDK span (a custom sampler's) room for ``events`` events."""
+    from opentelemetry.sdk.util import BoundedList
+
+    current = getattr(span, "_events", None)
+    limit = getattr(getattr(current, "_dq", None), "maxlen", None)
+    if isinstance(current, BoundedList) and limit is not None and limit < events:
+        span._events = BoundedList(events)

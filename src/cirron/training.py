@@ -1,224 +1,322 @@
-"""Step and epoch boundaries of a training loop, shared by every framework hook.
+"""Training moments: the one API every loop owner reports to, and the rule of who owns what.
 
-Hooks report moments ("a training loader started", "a batch fetch began",
-"the optimizer stepped", "a training forward ran"); this module decides when
-``step`` and ``epoch`` spans open and close, so the policy lives once:
+Loop owners (``ci.epochs``/``ci.batches``, the torch hooks, a framework's
+callback) never open ``epoch`` or ``step`` spans themselves; they report
+moments here::
 
-- A **step** runs from the fetch of its first batch to the fetch of the next
-  step's first batch (several fetches, forwards and backwards per optimizer
-  step are one step: gradient accumulation). Without a DataLoader, a step
-  opens at the first training forward/backward after the previous optimizer
-  step. Either way it stays open until the next step begins, the training
-  loader is exhausted, or the epoch ends, so a mark made after
-  ``optimizer.step()`` lands on its step. Step indexes count the whole run.
-- A **prefetching** loader (accelerate's, under HF Trainer) runs dry before
-  the last batches it delivered are used. When it does, a step whose batches
-  have not reached a backward yet stays open, and from then until the next
-  training pass the steps follow the work (forward/backward to optimizer
-  step, as without a DataLoader); each of those ends at its optimizer step,
-  so a validation run after them is not inside a step.
-- An **epoch** begins with the first fetch of a new training-loader iterator
-  and ends when the next one begins (its loader was exhausted or abandoned),
-  so validation and marks after the inner loop land inside it. Without a
-  DataLoader, an epoch is every ``epoch_steps`` optimizer steps, the first of
-  them in epoch 0.
-- **Yielding**: when an ``epoch`` (or ``batch``/``step``) span that these
-  rules did not open is open in the current context (``ci.epochs``,
-  ``ci.batches``, a higher-level framework), no epoch (or step) is opened
-  here; a loader driven by ``ci.batches`` never opens steps.
+    owner = training.owner("transformers")
+    training.begin_epoch(owner, index=3)      # False: a higher owner has the epoch
+    training.begin_step(owner, index=120)
+    training.complete_step(owner)             # its work is done; still open for marks
+    training.epoch_boundary(owner)            # the model is final for this epoch: snapshots
+    training.end_epoch(owner)                 # also ends the step inside it
+
+**Who owns the levels.** Owners rank as the user's own loops (``ci.epochs``,
+``ci.batches``) above every framework, then by the registry's priority
+(transformers > tensorflow/keras > torch). A lower owner yields: its
+``begin_*`` opens nothing while a higher owner's epoch (or step) is open, and
+a framework's epoch also holds the steps inside it (the torch hooks open no
+steps inside an HF or Keras epoch, but do inside a ``ci.epochs`` epoch, which
+leaves the steps to whoever finds them). A higher owner that begins while a
+lower one's epoch or step is open ends it first. An epoch never opens inside
+a step. A lower owner still records its own lower-level spans (torch's
+``forward``/``backward``/... under the HF ``step``).
+
+**When they end.** An epoch ends when its owner ends it or begins the next,
+when a higher owner takes the level, or when the span that enclosed it ends
+(a moment never outlives its parent: a step the hooks found inside a user's
+``ci.scope("setup")`` ends with that scope). Ending an epoch ends the step
+inside it. A step ends when its owner ends it or begins the next; once its
+work is done (:func:`complete_step`) it also ends when evaluation begins
+(:func:`end_completed_step`, so validation is never inside a step) and when
+the program has left the loop that repeats the steps (checked when a mark or
+scope is made, see :mod:`cirron.loop_frames`).
+
+**Epoch boundaries.** Right before an epoch ends, or earlier when its owner
+says the model is final (:func:`epoch_boundary`), the features registered in
+:mod:`cirron.boundaries` (snapshots) run, once per epoch.
+
+**Indexes.** Epochs and steps count the whole run from 0; an owner may give
+its own index (HF's global step after a resume), and counting goes on from it.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any
 
-from . import boundaries, recorder
-from .scopes import Scope, close_span, current_span, current_span_chain, open_span
-from .spans import ScopeSpan
+from . import boundaries, loop_frames, recorder, registry, training_state
+from .scopes import close_span, current_span, open_on
+from .training_state import USER, Moment, Owner, TrainingState
 
-DEFAULT_EPOCH_STEPS = 1000
+__all__ = [
+    "USER",
+    "Owner",
+    "begin_epoch",
+    "begin_step",
+    "end_moment",
+    "complete_step",
+    "end_completed_step",
+    "end_epoch",
+    "end_step",
+    "epoch_boundary",
+    "epoch_of",
+    "owner",
+    "reopen_step",
+    "state",
+    "step_of",
+    "yield_step_to_user",
+]
 
 
-class TrainingLoop:
-    def __init__(self, epoch_steps: int = DEFAULT_EPOCH_STEPS) -> None:
-        self.epoch_steps = epoch_steps
-        self.epoch: Scope | None = None
-        self.step: tuple[Any, Any, Any] | None = None  # what close_span needs
-        self.step_index = 0  # the next step's index (whole run)
-        self.stepped = False  # the open step has seen an optimizer step
-        self.steps_in_epoch = 0
-        self.loader_driven = False  # training fetches (not forwards) open steps
-        self.loader_dry = False  # the training loader ran dry; the work still goes on
-        self.batch_used = False  # a backward ran since the last training fetch (hooks set it)
-        # Another epoch/batch/step (ci.batches, a framework) encloses our epoch.
-        self._epoch_inside_others = False
-        self._training_iterator: weakref.ref[Any] | None = None
-        self._lock = threading.RLock()
+_owners: dict[str, Owner] = {}
 
-    # -- ownership --------------------------------------------------------------
-    def _others_hold(self, *names: str) -> bool:
-        """An open span of one of ``names`` that this loop did not open."""
-        ours = {id(span) for span in (self._epoch_span(), self.step and self.step[0]) if span}
-        return any(
-            getattr(span, "name", None) in names and id(span) not in ours
-            for span in current_span_chain()
+
+def owner(framework: str) -> Owner:
+    """The owner that reports ``framework``'s moments (its priority from the registry)."""
+    found = _owners.get(framework)
+    if found is None:
+        found = _owners.setdefault(
+            framework, Owner(framework, registry.FRAMEWORKS[framework].priority)
         )
-
-    def _epoch_span(self) -> Any:
-        return self.epoch.span if self.epoch is not None else None
-
-    def _step_yields(self) -> bool:
-        """A step/batch that is not ours is open: the step is not ours to open.
-
-        The common case costs one comparison: right under our own epoch,
-        which was checked for enclosing steps and batches when it opened.
-        """
-        span = self._epoch_span()
-        if span is not None and current_span() is span:
-            return self._epoch_inside_others
-        return self._others_hold("step", "batch")
-
-    # -- spans ------------------------------------------------------------------
-    def _open_epoch(self, start_ns: int | None = None) -> None:
-        self._close_epoch()
-        if self._others_hold("epoch"):
-            return
-        rec = recorder.current or recorder.active()
-        index = rec.extras.get("epochs_started", 0)
-        rec.extras["epochs_started"] = index + 1
-        self.epoch = Scope("epoch", {"index": index}, start_ns)
-        self.epoch.__enter__()
-        self._epoch_inside_others = self._others_hold("step", "batch")
-        self.steps_in_epoch = 0
-
-    def _close_epoch(self) -> None:
-        self._close_step()
-        epoch, self.epoch = self.epoch, None
-        if epoch is not None:
-            boundaries.epoch_ending(epoch.span)
-            epoch.__exit__(None, None, None)
-
-    def _open_step(self, start_ns: int | None = None) -> None:
-        self._close_step()
-        if self._step_yields():
-            return
-        self.step = open_span("step", {"index": self.step_index}, start_ns)
-        self.step_index += 1
-        self.stepped = False
-
-    def _close_step(self) -> None:
-        step, self.step = self.step, None
-        if step is not None:
-            close_span(step)
-
-    # -- moments reported by hooks -------------------------------------------------
-    def training_fetch(self, iterator: Any, started_ns: int, driven_by_batches: bool) -> None:
-        """A training loader's iterator returned a batch; its fetch began at ``started_ns``.
-
-        Told after the fetch (so the fetch that only finds the loader exhausted
-        opens nothing), the new step and epoch are backdated to the fetch start.
-        """
-        with self._lock:
-            previous = self._training_iterator() if self._training_iterator else None
-            if previous is not iterator:  # a new pass over the training data
-                self._training_iterator = weakref.ref(iterator)
-                self.loader_driven = True
-                self.loader_dry = False
-                self._open_epoch(started_ns)
-            elif self.epoch is None and not self._others_hold("epoch"):
-                self._open_epoch(started_ns)
-            if driven_by_batches:
-                return
-            self.batch_used = False
-            if self.step is None or self.stepped:
-                self._open_step(started_ns)
-
-    def training_loader_exhausted(self, iterator: Any, driven_by_batches: bool = False) -> None:
-        with self._lock:
-            self._training_iterator = None  # a persistent-workers iterator may start over
-            if driven_by_batches:
-                return
-            # A step whose batches are fetched but not used yet (a prefetching
-            # loader) goes on; any other ends here, as the loader ran dry.
-            if self.step is None or self.stepped or self.batch_used:
-                self._close_step()
-            # The work still to come (a prefetcher's last batches) drives the
-            # steps until the next pass.
-            self.loader_dry = True
-            self.loader_driven = False
-
-    def training_activity(self) -> None:
-        """A forward or backward in training mode (steps without a DataLoader)."""
-        if self.loader_driven:  # fetches open the steps
-            return
-        with self._lock:
-            if self.step is not None and not self.stepped:
-                return
-            if self.loader_dry:  # after the loader ran dry: no fallback epochs
-                self._open_step()  # (unless another step or batch is open)
-                return
-            if self.stepped and self.steps_in_epoch >= self.epoch_steps:
-                self._close_epoch()  # the fallback epoch boundary
-            if self.epoch is None and not self._others_hold("epoch", "batch", "step"):
-                self._open_epoch()
-            self._open_step()
-
-    def optimizer_stepped(self) -> None:
-        with self._lock:
-            self.steps_in_epoch += 1
-            if self.loader_dry:  # a step after the loader ran dry ends here
-                self._close_step()
-                return
-            if self.step is None and not self.loader_driven:
-                # optimizer.step() with no forward seen (e.g. a closure-only loop)
-                if self.epoch is None and not self._others_hold("epoch", "batch", "step"):
-                    self._open_epoch()
-            self.stepped = True
-
-    def epoch_ending(self, epoch_span: Any) -> None:
-        """An epoch someone else opened (``ci.epochs``, a framework) is ending.
-
-        A step stays open until the next one begins, so the last step of that
-        epoch is still open here: it ends with its epoch, not in the next one.
-        """
-        with self._lock:
-            if self.step is not None and _inside(self.step[0], epoch_span):
-                self._close_step()
-
-    def close(self) -> None:
-        with self._lock:
-            self._close_epoch()
+    return found
 
 
-def _inside(span: Any, ancestor: Any) -> bool:
-    """``span`` is ``ancestor`` or one of its descendants."""
-    while isinstance(span, ScopeSpan):
-        if span is ancestor:
-            return True
-        span = span._parent_span
-    if span is ancestor:
-        return True
-    parent = getattr(span, "parent", None)  # an SDK span knows only its parent's context
-    return parent is not None and parent.span_id == ancestor.get_span_context().span_id
+def state() -> TrainingState:
+    """The training state of the current recorder."""
+    return (recorder.current or recorder.active()).training
 
 
-def _epoch_ending(epoch_span: Any) -> None:
-    rec = recorder.current
-    state = rec.extras.get("training_loop") if rec is not None else None
-    if state is not None:
-        state.epoch_ending(epoch_span)
+def epoch_of(who: Owner) -> Moment | None:
+    """The open epoch if ``who`` opened it."""
+    epoch = (recorder.current or recorder.active()).training.epoch
+    return epoch if epoch is not None and epoch.owner is who else None
 
 
-boundaries.before_epoch_end("training loop", _epoch_ending)
+def step_of(who: Owner) -> Moment | None:
+    """The open step if ``who`` opened it."""
+    step = (recorder.current or recorder.active()).training.step
+    return step if step is not None and step.owner is who else None
 
 
-def loop() -> TrainingLoop:
-    """The training loop state of the current recorder (made on first use)."""
+# -- epochs ------------------------------------------------------------------------------------
+def begin_epoch(
+    who: Owner, index: int | None = None, start_ns: int | None = None, *, fallback: bool = False
+) -> bool:
+    """``who``'s epoch begins (its previous one ends); False when it yields to a higher owner."""
     rec = recorder.current or recorder.active()
-    state = rec.extras.get("training_loop")
-    if state is None:
-        steps = rec.extras.get("epoch_steps", DEFAULT_EPOCH_STEPS)
-        state = rec.extras["training_loop"] = TrainingLoop(steps)
-    return state  # type: ignore[no-any-return]
+    current = rec.training
+    with current.lock:
+        step, epoch = current.step, current.epoch
+        if step is not None and step.owner.priority > who.priority:
+            return False  # never an epoch inside a higher owner's step (a ci.batches batch)
+        if epoch is not None and epoch.owner.priority > who.priority:
+            return False
+        _end_epoch(current)  # ours, or a lower owner's: it is over (with its step)
+        _end_step(current)  # a step opened with no epoch around it
+        if not rec.enabled:
+            return False
+        if index is None:
+            index = current.next_epoch
+        current.next_epoch = index + 1
+        parent = current_span()
+        opened = open_on(rec, "epoch", {"index": index}, start_ns)
+        epoch = current.epoch = Moment(who, opened, index, parent)
+        epoch.fallback = fallback
+        if parent is not None:
+            training_state.enclosing.add(parent)
+            epoch.encloses = True
+        return True
+
+
+def end_epoch(who: Owner) -> None:
+    """``who``'s epoch ends (with the step inside it); nothing when another owner has it."""
+    current = (recorder.current or recorder.active()).training
+    with current.lock:
+        if current.epoch is not None and current.epoch.owner is who:
+            _end_epoch(current)
+
+
+def epoch_boundary(who: Owner) -> None:
+    """The model is final for ``who``'s epoch: snapshots are taken now, not at its end."""
+    current = (recorder.current or recorder.active()).training
+    with current.lock:
+        epoch = current.epoch
+        if epoch is not None and epoch.owner is who and not epoch.boundary_done:
+            epoch.boundary_done = True
+            boundaries.epoch_ending(epoch.opened[0])
+
+
+def _end_epoch(current: TrainingState) -> None:
+    epoch = current.epoch
+    if epoch is None:
+        return
+    _end_step(current)
+    if not epoch.boundary_done:  # before the span ends: snapshots are its children
+        epoch.boundary_done = True
+        boundaries.epoch_ending(epoch.opened[0])
+    current.epoch = None
+    if epoch.encloses:
+        _release(current, epoch.parent)
+    close_span(epoch.opened)
+
+
+# -- steps -------------------------------------------------------------------------------------
+def begin_step(
+    who: Owner,
+    index: int | None = None,
+    start_ns: int | None = None,
+    *,
+    fallback_epoch: bool = False,
+) -> bool:
+    """``who``'s step begins (its previous one ends); False when it yields to a higher owner.
+
+    ``fallback_epoch``: with no epoch open, ``who`` opens one around its steps,
+    and a new one every ``epoch_steps`` steps (the setting) while it owns them.
+    """
+    rec = recorder.current or recorder.active()
+    current = rec.training
+    with current.lock:
+        step, epoch = current.step, current.epoch
+        if step is not None and step.owner.priority > who.priority:
+            return False
+        if epoch is not None and epoch.owner.framework and epoch.owner.priority > who.priority:
+            return False  # a framework's epoch holds its steps
+        _end_step(current)
+        if not rec.enabled:
+            return False
+        if fallback_epoch and (epoch is None or epoch.fallback and epoch.owner is who):
+            if epoch is None or epoch.steps >= rec.settings.epoch_steps:
+                begin_epoch(who, fallback=True)
+                epoch = current.epoch
+        if index is None:
+            index = current.next_step
+        current.next_step = index + 1
+        parent = current_span()
+        step = current.step = Moment(
+            who, open_on(rec, "step", {"index": index}, start_ns), index, parent
+        )
+        if epoch is not None:
+            epoch.steps += 1
+        if parent is not None and (epoch is None or parent is not epoch.opened[0]):
+            training_state.enclosing.add(parent)  # a user's scope around a manual loop
+            step.encloses = True
+        return True
+
+
+def complete_step(who: Owner, loop: loop_frames.LoopPosition | None = None) -> None:
+    """``who``'s step has done its work; it stays open for marks until the next one begins.
+
+    ``loop``: the user's loop that repeats the steps; once the program has
+    left it, the step ends at the next mark or scope (see the module docstring).
+    """
+    current = (recorder.current or recorder.active()).training
+    step = current.step
+    if step is None or step.owner is not who:
+        return
+    step.complete = True
+    step.loop = loop
+    if loop is not None:
+        training_state.completed[0], training_state.completed[1] = step.opened[0], loop
+
+
+def reopen_step(who: Owner) -> None:
+    """``who``'s step, reported done too early, has more work after all."""
+    current = (recorder.current or recorder.active()).training
+    step = current.step
+    if step is not None and step.owner is who and step.complete:
+        step.complete, step.loop = False, None
+        if training_state.completed[0] is step.opened[0]:
+            training_state.completed[0] = training_state.completed[1] = None
+
+
+def end_step(who: Owner) -> None:
+    """``who``'s step ends; nothing when another owner has it."""
+    current = (recorder.current or recorder.active()).training
+    with current.lock:
+        if current.step is not None and current.step.owner is who:
+            _end_step(current)
+
+
+def end_completed_step(who: Owner) -> None:
+    """``who`` begins evaluation: a step whose work is done ends here (if ``who`` may end it)."""
+    current = (recorder.current or recorder.active()).training
+    step = current.step
+    if step is not None and step.complete and step.owner.priority <= who.priority:
+        with current.lock:
+            if current.step is step:
+                _end_step(current)
+
+
+def _end_step(current: TrainingState) -> None:
+    step = current.step
+    if step is None:
+        return
+    current.step = None
+    if training_state.completed[0] is step.opened[0]:
+        training_state.completed[0] = training_state.completed[1] = None
+    if step.encloses:
+        _release(current, step.parent)
+    close_span(step.opened)
+
+
+# -- the user's batches ---------------------------------------------------------------------
+def yield_step_to_user(current: TrainingState) -> None:
+    """A ``ci.batches`` batch begins: a step some other owner left open ends first.
+
+    The batches themselves are the user's steps; ``ci.batches`` keeps its one
+    :class:`Moment` in ``current.step`` while a batch is open, on its own (its
+    hot path: once per batch, no lock, no counter, the batch index is its own).
+    """
+    with current.lock:
+        _end_step(current)
+
+
+# -- what encloses the moments ------------------------------------------------------------------
+def _release(current: TrainingState, parent: Any) -> None:
+    """``parent`` no longer encloses a moment, unless the other open one is also inside it."""
+    if parent is None:
+        return
+    epoch, step = current.epoch, current.step
+    if (epoch is None or epoch.parent is not parent) and (
+        step is None or step.parent is not parent
+    ):
+        training_state.enclosing.discard(parent)
+
+
+def _enclosing_ends(span: Any) -> None:
+    """``span`` is ending: the moments opened inside it end first (children never outlive it)."""
+    current = state()
+    with current.lock:
+        if current.step is not None and current.step.parent is span:
+            _end_step(current)
+        if current.epoch is not None and current.epoch.parent is span:
+            _end_epoch(current)
+        training_state.enclosing.discard(span)
+
+
+def _check_loop() -> None:
+    """A mark or scope is being made in a completed step: has its loop been left?"""
+    current = state()
+    with current.lock:
+        step = current.step
+        if step is not None and step.loop is not None and loop_frames.left(step.loop):
+            _end_step(current)
+        elif step is None or step.opened[0] is not training_state.completed[0]:
+            training_state.completed[0] = training_state.completed[1] = None
+
+
+def end_moment(span: Any) -> bool:
+    """End ``span`` as its owner would, if it is the open step or epoch (the run is ending)."""
+    current = (recorder.current or recorder.active()).training
+    with current.lock:
+        if current.step is not None and current.step.opened[0] is span:
+            _end_step(current)
+            return True
+        if current.epoch is not None and current.epoch.opened[0] is span:
+            _end_epoch(current)
+            return True
+    return False
+
+
+training_state.hooks.enclosing_end = _enclosing_ends
+training_state.hooks.loop_check = _check_loop

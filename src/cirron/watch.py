@@ -2,42 +2,19 @@
 
 Models are held by weak reference on the current recorder, each under its own
 name (class name, or the name given; ``Generator``, ``Generator_1``, ...).
-Wrappers are unwrapped so the snapshot sees the real parameters:
-``DistributedDataParallel`` / ``DataParallel`` (``.module``) and
-``torch.compile`` (``._orig_mod``).
+A model is any object a framework's snapshot adapter claims (a
+``torch.nn.Module`` today); the adapter unwraps what wraps the real
+parameters (``DistributedDataParallel``, ``DataParallel``, ``torch.compile``).
+Framework hooks that find the model themselves (a Trainer's) register it here
+too, with :func:`register`.
 """
 
 from __future__ import annotations
 
-import sys
 import weakref
 from typing import Any
 
-from . import recorder
-
-
-def _is_torch_module(model: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(model, torch.nn.Module)
-
-
-def _is_keras_model(model: Any) -> bool:
-    keras = sys.modules.get("keras")
-    return keras is not None and isinstance(model, getattr(keras, "Model", ()))
-
-
-def unwrap(model: Any) -> Any:
-    """The model inside DDP / DataParallel / torch.compile wrappers."""
-    while True:
-        name = type(model).__name__
-        inner = None
-        if name == "OptimizedModule":  # torch.compile
-            inner = getattr(model, "_orig_mod", None)
-        elif name in ("DistributedDataParallel", "DataParallel"):
-            inner = getattr(model, "module", None)
-        if inner is None:
-            return model
-        model = inner
+from . import recorder, snapshots
 
 
 def watch(model: Any, name: str | None = None) -> None:
@@ -45,34 +22,37 @@ def watch(model: Any, name: str | None = None) -> None:
 
     Call once per model after ``ci.profile()``; several models (a GAN's two)
     are fine. ``model`` must be a ``torch.nn.Module`` (DDP, DataParallel and
-    ``torch.compile`` wrappers included) or a Keras model.
+    ``torch.compile`` wrappers included).
     """
-    if not (_is_torch_module(model) or _is_keras_model(model)):
-        raise TypeError(
-            f"ci.watch() needs a torch.nn.Module (or a Keras model), got {type(model).__name__}"
-        )
+    if snapshots.adapter_for(model) is None:
+        raise TypeError(f"ci.watch() needs a torch.nn.Module, got {type(model).__name__}")
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"name must be a non-empty str, got {name!r}")
-    model = unwrap(model)
+    register(model, name)
+
+
+def register(model: Any, name: str | None = None) -> str | None:
+    """Watch ``model`` (unwrapped) under ``name`` or its class name; its name, None if unknown."""
+    adapter = snapshots.adapter_for(model)
+    if adapter is None:
+        return None
+    model = adapter.unwrap(model)
     rec = recorder.current or recorder.active()
-    watched: dict[str, weakref.ref[Any]] = rec.extras.setdefault("watched", {})
-    if any(reference() is model for reference in watched.values()):
-        return  # already watched
+    watched = rec.watched
+    for known, reference in list(watched.items()):
+        if reference() is model:
+            return known  # already watched
     base = name or type(model).__name__
     unique, counter = base, 1
     while unique in watched:
         unique, counter = f"{base}_{counter}", counter + 1
     watched[unique] = weakref.ref(model)
     if rec.enabled:
-        from . import snapshots
-
         snapshots.prepare(model)
+    return unique
 
 
 def watched_models() -> dict[str, Any]:
-    """The live watched models by name."""
+    """The live watched models of the current recorder, by name."""
     rec = recorder.current
-    if rec is None:
-        return {}
-    references: dict[str, weakref.ref[Any]] = rec.extras.get("watched", {})
-    return {name: ref() for name, ref in references.items() if ref() is not None}
+    return rec.watched_models() if rec is not None else {}

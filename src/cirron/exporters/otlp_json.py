@@ -21,7 +21,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from ..spans import UNSET_STATUS, ScopeSpan
+from ..spans import UNSET_STATUS, MarkEvent, ScopeSpan
 
 _NON_FINITE = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
 # OTLP enums count from SPAN_KIND_UNSPECIFIED = 0, the API's from INTERNAL = 0.
@@ -81,12 +81,16 @@ def _trace_fields(span: Any) -> tuple[str, str | None, bool]:
 
 
 def _events(events: Any) -> str:
-    # Every SDK Event keeps these three fields; the properties would cost a call each.
-    encoded = [
-        f'{{"timeUnixNano":"{event._timestamp}","name":{_quote(event._name)}'
-        f',"attributes":{key_values(event._attributes)}}}'
-        for event in events
-    ]
+    encoded = []
+    for event in events:
+        if type(event) is MarkEvent:  # ours: its fields directly, the properties cost a call each
+            timestamp, name, attributes = event._timestamp, event._name, event._attributes
+        else:  # an SDK span's
+            timestamp, name, attributes = event.timestamp, event.name, event.attributes
+        encoded.append(
+            f'{{"timeUnixNano":"{timestamp}","name":{_quote(name)}'
+            f',"attributes":{key_values(attributes)}}}'
+        )
     return ',"events":[' + ",".join(encoded) + "]"
 
 

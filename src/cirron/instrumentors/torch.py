@@ -17,7 +17,9 @@ What becomes a span:
   patch of the latter: ``Tensor.backward`` calls it).
 - ``optimizer_step``: every ``optimizer.step()`` (global optimizer hooks).
 - ``data_load``: the wait inside a DataLoader iterator's ``__next__``.
-- ``step`` and ``epoch``: decided by ``cirron.training`` from these moments.
+- ``step`` and ``epoch``: found from these moments by :mod:`.torch_steps`
+  and reported to :mod:`cirron.training`, which opens them unless a higher
+  owner (``ci.epochs``/``ci.batches``, HF Trainer, Keras) has them.
 
 A training loader is one iterated with gradients enabled while the models
 seen so far are in train mode; loaders under ``torch.no_grad()`` or
@@ -39,9 +41,10 @@ from typing import Any
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .. import loops, recorder, training
-from ..guard import call_guarded
-from ..scopes import close_span, open_span, record_span
-from ..watch import unwrap
+from ..guard import guarded
+from ..scopes import close_span, open_on, record_span
+from .torch_snapshot import unwrap
+from .torch_steps import TORCH, TorchLoop
 
 _SITE = "torch hook"
 
@@ -62,63 +65,46 @@ _last_loader: list[Any] = [None, None]  # (iterator, kind): most fetches come fr
 _training_samplers: weakref.WeakSet[Any] = weakref.WeakSet()
 _optimizer_spans: dict[int, tuple[Any, Any]] = {}
 _cuda: list[Any] = [None]  # torch.cuda once attached: its _initialized flag says CUDA is in use
+_grad_enabled: list[Any] = [None]  # torch.is_grad_enabled once attached
+_loop = TorchLoop()  # what the hooks have seen of the loop (new at every attach)
 
 
 def _torch() -> Any:
     return sys.modules["torch"]
 
 
-def _health_failed(error: Exception) -> None:
-    recorder.current_health().failed(_SITE, error)
-
-
 # -- spans around a call, with GPU time --------------------------------------------
-def _enter(name: str, attributes: dict[str, Any]) -> tuple[Any, Any] | None:
-    """Open a hook span: (what close_span needs, CUDA start event or None); never raises.
+# Hook code runs behind the core guard (cirron.guard.guarded) at each hook's entry
+# points; the helpers they call are plain functions. The user's call a hook wraps
+# (the forward, the backward) runs outside the guard, so its exceptions reach the
+# user unchanged.
+def _open(name: str, attributes: dict[str, Any]) -> tuple[Any, Any] | None:
+    """Open a hook span: (what close_span needs, CUDA start event or None).
 
     When CUDA is in use the span gets ``gpu_ns`` from a CUDA event pair,
     recorded on the current stream and read by the flush thread later
     (``Event.query()`` never waits), so the training stream is never
     synchronised. On a CPU-only run there is no attribute at all.
     """
-    try:
-        opened = open_span(name, attributes)
-        if opened is None:
-            return None
-        cuda = _cuda[0]
-        if cuda is not None and cuda._initialized and cuda.is_initialized():
-            return opened, _recorded_event()
-        return opened, None
-    except Exception as error:  # noqa: BLE001 - the guard
-        _health_failed(error)
+    rec = recorder.current
+    if rec is None or not rec.enabled:
         return None
+    opened = open_on(rec, name, attributes, None)
+    cuda = _cuda[0]
+    if cuda is not None and cuda._initialized and cuda.is_initialized():
+        return opened, _recorded_event()
+    return opened, None
 
 
-def _leave(entered: tuple[Any, Any], error: BaseException | None = None) -> None:
-    """Close a span from :func:`_enter`; never raises."""
+def _close(entered: tuple[Any, Any], error: BaseException | None = None) -> None:
+    """Close a span from :func:`_open`."""
     opened, gpu_start = entered
-    try:
-        if gpu_start is not None:
-            _defer_gpu_time(opened[0], gpu_start)
-        close_span(opened, error)
-    except Exception as failure:  # noqa: BLE001 - the guard
-        _health_failed(failure)
+    if gpu_start is not None:
+        _defer_gpu_time(opened[0], gpu_start)
+    close_span(opened, error)
 
 
-def _call_within(entered: tuple[Any, Any] | None, function: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call ``function`` inside the span from :func:`_enter` (if any), then close it.
-
-    The call's own exceptions propagate unchanged, recorded on the span.
-    """
-    if entered is None:
-        return function(*args, **kwargs)
-    try:
-        result = function(*args, **kwargs)
-    except BaseException as error:
-        _leave(entered, error)
-        raise
-    _leave(entered)
-    return result
+_close_guarded = guarded(_SITE)(_close)
 
 
 def _recorded_event() -> Any:
@@ -160,21 +146,15 @@ def _any_seen_model_training() -> bool:
     return any(model.training for model in models if model is not None)
 
 
-def _enter_forward(module: Any) -> tuple[Any, Any] | None:
-    """The ``forward`` span of an outermost module call; never raises."""
-    try:
-        entry = _seen_models.get(id(module)) or _remember(module)
-        if module.training:
-            loop = training.loop()
-            if not loop.loader_driven and _torch().is_grad_enabled():
-                loop.training_activity()
-            attributes = {"mode": "train", "module": entry[1]}
-        else:
-            attributes = {"mode": "eval", "module": entry[1]}
-    except Exception as error:  # noqa: BLE001 - the guard
-        _health_failed(error)
-        return None
-    return _enter("forward", attributes)
+@guarded(_SITE)
+def _open_forward(module: Any) -> tuple[Any, Any] | None:
+    """The ``forward`` span of an outermost call, after telling the loop what work it is."""
+    entry = _seen_models.get(id(module)) or _remember(module)
+    if module.training and _grad_enabled[0]():
+        _loop.training_work()
+        return _open("forward", {"mode": "train", "module": entry[1]})
+    _loop.evaluation_work()
+    return _open("forward", {"mode": "train" if module.training else "eval", "module": entry[1]})
 
 
 def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
@@ -184,8 +164,16 @@ def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
     try:
         # A loss module (and any module inside it, e.g. a perceptual loss's
         # network) is not a forward of the model.
-        entered = None if isinstance(self, _loss_class[0]) else _enter_forward(self)
-        return _call_within(entered, original, self, *args, **kwargs)
+        entered = None if isinstance(self, _loss_class[0]) else _open_forward(self)
+        if entered is None:
+            return original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as error:
+            _close_guarded(entered, error)
+            raise
+        _close_guarded(entered)
+        return result
     finally:
         _inside_forward = False
 
@@ -229,6 +217,7 @@ def _make_module_call(original: Any) -> Any:
 
 def _make_train(original: Any) -> Any:
     """Our ``nn.Module.train``: ``model.eval()`` before the first forward tells us the mode."""
+    remember = guarded(_SITE)(_remember)
 
     def train(self: Any, mode: bool = True) -> Any:
         if _inside_train[0]:
@@ -236,7 +225,7 @@ def _make_train(original: Any) -> Any:
         _inside_train[0] = True
         try:
             if id(self) not in _seen_models:
-                call_guarded(_SITE, _remember, self)
+                remember(self)
             return original(self, mode)
         finally:
             _inside_train[0] = False
@@ -246,22 +235,32 @@ def _make_train(original: Any) -> Any:
 
 
 # -- backward ----------------------------------------------------------------------
-def _enter_backward() -> tuple[Any, Any] | None:
-    try:
-        loop = training.loop()
-        loop.batch_used = True
-        if not loop.loader_driven:  # else the data fetches open the steps
-            loop.training_activity()
-    except Exception as error:  # noqa: BLE001 - the guard
-        _health_failed(error)
-    return _enter("backward", {})
+@guarded(_SITE)
+def _open_backward() -> tuple[Any, Any] | None:
+    _loop.training_work()
+    return _open("backward", {})
+
+
+@guarded(_SITE)
+def _close_backward(entered: tuple[Any, Any] | None, error: BaseException | None = None) -> None:
+    if entered is not None:
+        _close(entered, error)
+    if error is None:
+        _loop.backward_done()
 
 
 def _make_backward(original: Any) -> Any:
     """Our ``torch.autograd.backward``; ``Tensor.backward`` calls it, so one patch covers both."""
 
     def backward(*args: Any, **kwargs: Any) -> Any:
-        return _call_within(_enter_backward(), original, *args, **kwargs)
+        entered = _open_backward()
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as error:
+            _close_backward(entered, error)
+            raise
+        _close_backward(entered)
+        return result
 
     backward.__wrapped__ = original  # type: ignore[attr-defined]
     backward.__name__ = "backward"
@@ -269,27 +268,39 @@ def _make_backward(original: Any) -> Any:
 
 
 # -- optimizer ---------------------------------------------------------------------
+@guarded(_SITE)
 def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    try:
-        stale = _optimizer_spans.pop(id(optimizer), None)
-        if stale is not None:  # the previous step() raised before its post hook
-            _leave(stale, RuntimeError("optimizer.step() raised"))
-        training.loop().training_activity()
-    except Exception as error:  # noqa: BLE001 - the guard
-        _health_failed(error)
-    entered = _enter("optimizer_step", {"optimizer": type(optimizer).__name__})
+    stale = _optimizer_spans.pop(id(optimizer), None)
+    if stale is not None:  # the previous step() raised before its post hook
+        _close(stale, RuntimeError("optimizer.step() raised"))
+    _loop.optimizer_stepping()
+    entered = _open("optimizer_step", {"optimizer": type(optimizer).__name__})
     if entered is not None:
         _optimizer_spans[id(optimizer)] = entered
 
 
+@guarded(_SITE)
 def _after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     entered = _optimizer_spans.pop(id(optimizer), None)
     if entered is not None:
-        _leave(entered)
-    try:
-        training.loop().optimizer_stepped()
-    except Exception as error:  # noqa: BLE001 - the guard
-        _health_failed(error)
+        _close(entered)
+    _loop.optimizer_stepped()
+
+
+@guarded(_SITE)
+def _optimizer_built() -> None:
+    _loop.optimizer_built()
+
+
+def _make_optimizer_init(original: Any) -> Any:
+    """Our ``Optimizer.__init__``: a loop with an optimizer ends its steps at optimizer steps."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _optimizer_built()
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __init__
 
 
 # -- data loading ------------------------------------------------------------------
@@ -334,35 +345,32 @@ def _forget(iterator: Any) -> None:
         _last_loader[0] = _last_loader[1] = None
 
 
+@guarded(_SITE)
 def _after_fetch(iterator: Any, kind: str, started: int, exhausted: bool) -> None:
-    """Tell the training loop about a fetch that began at ``started``; record its data_load."""
-    try:
-        # Under ci.batches the batch spans are the steps and carry the wait as
-        # data_load_ns: only the epoch boundaries are ours to find.
-        driven = kind.endswith("+batches")
-        if kind.startswith("training"):
-            if exhausted:
-                # The last step ends where the loader runs dry; the fetch that only
-                # found it empty is a data_load of the epoch, not of that step.
-                training.loop().training_loader_exhausted(iterator, driven)
-            else:
-                training.loop().training_fetch(iterator, started, driven)
-        if not driven:
-            record_span("data_load", {}, started)
+    """Tell the loop about a fetch that began at ``started``; record its data_load."""
+    # Under ci.batches the batch spans are the steps and carry the wait as
+    # data_load_ns: only the epoch boundaries are ours to find.
+    driven = kind.endswith("+batches")
+    if kind.startswith("training"):
         if exhausted:
-            _forget(iterator)
-    except Exception as error:  # noqa: BLE001 - the guard
-        _health_failed(error)
+            # The last step ends where the loader runs dry; the fetch that only
+            # found it empty is a data_load of the epoch, not of that step.
+            _loop.training_loader_exhausted(driven)
+        else:
+            _loop.training_fetch(iterator, started, driven)
+    if not driven:
+        record_span("data_load", {}, started)
+    if exhausted:
+        _forget(iterator)
 
 
 def _make_next(original: Any) -> Any:
     time_ns = time.time_ns
+    classify = guarded(_SITE)(_classify)
 
     def __next__(self: Any) -> Any:
-        try:
-            kind = _classify(self)
-        except Exception as error:  # noqa: BLE001 - the guard
-            _health_failed(error)
+        kind = classify(self)
+        if kind is None:  # the guard caught a failure: the batch still comes
             return original(self)
         started = time_ns()
         try:
@@ -375,6 +383,12 @@ def _make_next(original: Any) -> Any:
 
     __next__.__wrapped__ = original  # type: ignore[attr-defined]
     return __next__
+
+
+@guarded(_SITE)
+def _end_torch_moments() -> None:
+    training.end_step(TORCH)
+    training.end_epoch(TORCH)
 
 
 class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -412,8 +426,10 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         setattr(owner, attribute, replacement)
 
     def _attach(self) -> None:
+        global _loop
         if self._patches:
             return
+        _loop = TorchLoop()
         try:
             self._install_patches()
         except BaseException:
@@ -433,16 +449,19 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._patch(module_class, "train", _make_train(module_class.__dict__["train"]))
         self._patch(torch.autograd, "backward", _make_backward(torch.autograd.backward))
         self._patch(_BaseDataLoaderIter, "__next__", _make_next(_BaseDataLoaderIter.__next__))
+        optimizer_class = torch.optim.Optimizer
+        self._patch(
+            optimizer_class, "__init__", _make_optimizer_init(optimizer_class.__dict__["__init__"])
+        )
         self._handles.append(register_optimizer_step_pre_hook(_before_optimizer_step))
         self._handles.append(register_optimizer_step_post_hook(_after_optimizer_step))
         _cuda[0] = torch.cuda
+        _grad_enabled[0] = torch.is_grad_enabled
 
     def _uninstrument(self, **kwargs: Any) -> None:
         TorchInstrumentor._waiting_for_import = False
-        rec = recorder.current
-        state = rec.extras.get("training_loop") if rec is not None else None
-        if state is not None:  # no hook will see another boundary: end the open epoch
-            call_guarded(_SITE, state.close)
+        if recorder.current is not None:  # no hook will see another boundary: end ours
+            _end_torch_moments()
         for owner, attribute, original in reversed(self._patches):
             setattr(owner, attribute, original)
         self._patches.clear()
@@ -453,4 +472,4 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         _seen_models.clear()
         _training_samplers.clear()
         _last_loader[0] = _last_loader[1] = None
-        _cuda[0] = None
+        _cuda[0] = _grad_enabled[0] = None

@@ -346,11 +346,28 @@ def _to_host(tensor: Any) -> Any:
     return host
 
 
+def unwrap(model: Any) -> Any:
+    """The model inside DDP / DataParallel / torch.compile wrappers."""
+    while True:
+        name = type(model).__name__
+        inner = None
+        if name == "OptimizedModule":  # torch.compile
+            inner = getattr(model, "_orig_mod", None)
+        elif name in ("DistributedDataParallel", "DataParallel"):
+            inner = getattr(model, "module", None)
+        if inner is None:
+            return model
+        model = inner
+
+
 class TorchSnapshots:
     """The adapter: which models it takes, how it captures them, how it gets ready."""
 
     def claims(self, model: Any) -> bool:
         return isinstance(model, _torch().nn.Module)
+
+    def unwrap(self, model: Any) -> Any:
+        return unwrap(model)
 
     def capture(self, model: Any, raw: bool) -> TorchCapture:
         return TorchCapture(model, raw)

@@ -115,12 +115,12 @@ elif mode == "flush-thread-killed":
         time.sleep(0.05)
     result["files_before"], result["files_after"] = before, spool_count()
 elif mode == "hook-raises":
-    import cirron.training
+    from cirron.instrumentors.torch_steps import TorchLoop
 
     def broken(*args, **kwargs):
         raise RuntimeError("deliberately broken hook")
 
-    cirron.training.TrainingLoop.optimizer_stepped = broken
+    TorchLoop.optimizer_stepped = broken
     result["losses"] = torch_losses(True)
 
 result["flush_threads"] = [t.name for t in threading.enumerate()].count("cirron-flush")

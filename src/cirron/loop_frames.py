@@ -1,0 +1,93 @@
+"""Where the user's training loop is, and whether the program has left it.
+
+A step found by hooks (an optimizer step, a backward) stays open after its
+work is done, so that a ``ci.mark`` made after ``optimizer.step()`` still
+lands on it. What comes after the loop must not: a summary mark or a scope
+made once the loop is over belongs to what encloses the loop. The hooks
+cannot see a ``for`` statement end, but the interpreter can tell where a
+frame is: :func:`position` finds, from the frame that completed the step
+outwards, the innermost frame that is executing inside a loop of its code
+(a loop is a backward jump: a ``for``, a ``while``, a comprehension), and
+remembers that frame and the loop's span of bytecode. :func:`left` later says
+whether that frame has returned or has moved past the loop.
+
+Frames of the packages named in ``skip`` (the framework's own and cirron's)
+are passed over: a loop inside ``torch`` is not the user's loop. No frame is
+kept alive: the position holds the frame's id and code object, and a frame
+is found again by walking the current stack.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+import threading
+from types import CodeType, FrameType
+
+Ranges = tuple[tuple[int, int], ...]
+# skip -> code -> the (start, end) offsets of its loops; () for code of the skipped packages.
+_loops: dict[tuple[str, ...], dict[CodeType, Ranges]] = {}
+_lock = threading.Lock()
+MAX_DEPTH = 64  # frames walked outwards at most
+
+# A loop of the user's code, running in one frame: (id of the frame, its code object, the
+# bytecode offsets of the loop's first instruction and of its backward jump). A plain tuple:
+# one is made per step.
+LoopPosition = tuple[int, CodeType, int, int]
+
+
+def _loops_of(frame: FrameType, skip: tuple[str, ...]) -> Ranges:
+    """The (start, end) offsets of every loop in the frame's code; none for skipped packages."""
+    code = frame.f_code
+    name = frame.f_globals.get("__name__", "")
+    if isinstance(name, str) and name.startswith(skip):
+        found: Ranges = ()
+    else:
+        ends: dict[int, int] = {}
+        for instruction in dis.get_instructions(code):
+            target = instruction.argval
+            jumps = instruction.opcode in dis.hasjrel or instruction.opcode in dis.hasjabs
+            # A backward jump closes a loop; NO_INTERRUPT ones are `yield from` / await.
+            if jumps and isinstance(target, int) and target < instruction.offset:
+                if "NO_INTERRUPT" not in instruction.opname:
+                    ends[target] = max(ends.get(target, target), instruction.offset)
+        found = tuple(sorted(ends.items()))
+    with _lock:
+        _loops.setdefault(skip, {})[code] = found
+    return found
+
+
+def position(frame: FrameType | None, skip: tuple[str, ...]) -> LoopPosition | None:
+    """The innermost loop around ``frame``'s current point, outside the ``skip`` packages.
+
+    Runs once per step: each code object is analysed once, then looked up.
+    """
+    loops = _loops[skip] if skip in _loops else {}
+    depth = 0
+    while frame is not None and depth < MAX_DEPTH:
+        code = frame.f_code
+        ranges = loops[code] if code in loops else _loops_of(frame, skip)
+        if ranges:
+            at = frame.f_lasti
+            best = None
+            for start, end in ranges:
+                if start <= at <= end and (best is None or end - start < best[1] - best[0]):
+                    best = (start, end)
+            if best is not None:
+                return (id(frame), code, best[0], best[1])
+        frame = frame.f_back
+        depth += 1
+    return None
+
+
+def left(loop: LoopPosition) -> bool:
+    """Has the program left ``loop``: its frame returned, or it runs past the loop's end?"""
+    frame_id, code, start, end = loop
+    frame: FrameType | None = sys._getframe(1)
+    depth = 0
+    while frame is not None and depth < MAX_DEPTH * 4:
+        if id(frame) == frame_id and frame.f_code is code:
+            return not start <= frame.f_lasti <= end
+        frame = frame.f_back
+        depth += 1
+    return True  # the frame is gone (or suspended: a generator that yielded)

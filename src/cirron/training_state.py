@@ -1,0 +1,94 @@
+"""What the training moments know of one run: who reports them, and the open epoch and step.
+
+Kept apart from the rules (:mod:`cirron.training`) so that the recorder can
+hold a :class:`TrainingState` and the scope code can consult it without an
+import cycle. Nothing here opens or closes a span.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .loop_frames import LoopPosition
+
+
+@dataclass(frozen=True, eq=False)
+class Owner:
+    """Who reports a training moment: the user's loops, or a framework's hooks.
+
+    One instance per owner (compared by identity): :func:`cirron.training.owner`.
+    """
+
+    name: str  # "user", or the framework's name in the registry
+    priority: int  # higher wins the epoch and step levels
+    framework: bool = True  # a framework's epochs hold their steps; the user's don't
+
+
+# ci.epochs / ci.batches: above every framework (registry priorities are small numbers).
+USER = Owner("user", 1_000_000, framework=False)
+
+
+class Moment:
+    """An open epoch or step."""
+
+    __slots__ = (
+        "owner",
+        "opened",
+        "index",
+        "parent",
+        "complete",
+        "loop",
+        "fallback",
+        "steps",
+        "boundary_done",
+        "encloses",
+    )
+
+    def __init__(self, owner: Owner, opened: tuple[Any, Any, Any], index: int, parent: Any) -> None:
+        self.owner = owner
+        self.opened = opened  # (span, context token, previous context): what close_span needs
+        self.index = index
+        self.parent = parent  # the span that was current when it opened
+        self.complete = False  # a step whose work is done (it stays open for marks)
+        self.loop: LoopPosition | None = None  # the user's loop that repeats the steps
+        self.fallback = False  # an epoch opened only because steps had none (epoch_steps)
+        self.steps = 0  # an epoch's steps so far
+        self.boundary_done = False  # an epoch whose boundary (snapshots) already ran
+        self.encloses = False  # its parent is in `enclosing` on its account
+
+
+@dataclass(slots=True)
+class TrainingState:
+    """The open epoch and step of one recorder, and the run's counters."""
+
+    epoch: Moment | None = None
+    step: Moment | None = None
+    next_epoch: int = 0  # the index the next epoch gets (whole run)
+    next_step: int = 0  # the index the next step gets (whole run)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+# -- what the scope code consults on its hot path -------------------------------------------
+# Spans that enclose an open epoch or step (a user's scope around a manual loop): when one
+# of them ends, what it encloses ends first. Mutated in place, never rebound.
+enclosing: set[Any] = set()
+# The span of a completed step whose loop may have been left: (span, its loop), or None.
+completed: list[Any] = [None, None]
+
+
+def _nothing(*_args: Any) -> None:
+    return None
+
+
+@dataclass
+class Hooks:
+    """What the scope code calls into :mod:`cirron.training` for (set when it is imported)."""
+
+    enclosing_end: Callable[[Any], None] = _nothing  # a span in `enclosing` is ending
+    loop_check: Callable[[], None] = _nothing  # a mark or scope in the `completed` step
+
+
+hooks = Hooks()
