@@ -327,6 +327,181 @@ def test_manual_batches_from_a_list_step_on_autograd_backward():
         assert child_names(step)["backward"] == 1
 
 
+def summary(node, name):
+    return next(
+        (m["value"] for m in node["marks"] if m["kind"] == "summary" and m["name"] == name), None
+    )
+
+
+def test_a_manual_loop_inside_the_users_scope_ends_with_it_and_what_follows_is_the_scopes():
+    profile()
+    model = make_model()
+    x_all, y_all = make_data(16).tensors
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    with ci.scope("setup"):
+        for i in range(4):  # a few optimizer steps on manual batches
+            loss = train_step(
+                model, optimizer, loss_fn, x_all[i * 4 : i * 4 + 4], y_all[i * 4 : i * 4 + 4]
+            )
+            ci.mark("loss", loss)  # after optimizer.step(): still this step's
+        ci.mark("final_loss", loss, kind="summary")  # after the loop: the scope's
+        with ci.scope("report"):
+            pass
+
+    session = session_tree()
+    (setup,) = kids(session, "setup")
+    assert summary(setup, "final_loss") == loss
+    assert child_names(setup) == {"epoch": 1, "report": 1}
+    (epoch,) = kids(setup, "epoch")
+    steps = kids(epoch, "step")
+    assert [s["index"] for s in steps] == [0, 1, 2, 3]
+    for step in steps:
+        assert [m["name"] for m in step["marks"]] == ["loss"]
+        assert (child_names(step)["forward"], child_names(step)["optimizer_step"]) == (1, 1)
+    # Nothing the hooks opened inside the scope outlives it.
+    assert all(n["end_ns"] <= setup["end_ns"] for n in walk(setup))
+    assert epoch["end_ns"] <= kids(setup, "report")[0]["start_ns"]
+
+
+def test_a_loop_without_an_optimizer_gets_one_step_per_iteration():
+    """pytorch/examples' polynomial regression: parameters updated by hand, no optimizer."""
+    profile()
+    torch.manual_seed(0)
+    weights, bias = torch.randn(4, 1) * 5, torch.randn(1) * 5
+    fc = nn.Linear(4, 1)
+
+    def get_batch(size=32):
+        x = torch.randn(size, 4)
+        return x, x.mm(weights) + bias
+
+    for batch_idx in itertools.count(1):
+        batch_x, batch_y = get_batch()
+        fc.zero_grad()
+        output = nn.functional.smooth_l1_loss(fc(batch_x), batch_y)
+        loss = output.item()
+        output.backward()
+        for param in fc.parameters():
+            param.data.add_(-0.1 * param.grad)
+        ci.mark("loss", loss)
+        if batch_idx == 30:
+            break
+    ci.mark("final_loss", loss, kind="summary")
+
+    session = session_tree()
+    steps = named(session, "step")
+    assert [s["index"] for s in steps] == list(range(30))
+    for step in steps:
+        assert (child_names(step)["forward"], child_names(step)["backward"]) == (1, 1)
+        assert [m["name"] for m in step["marks"]] == ["loss"]
+    assert summary(session, "final_loss") == loss  # after the loop: not the last step's
+    assert all(summary(n, "final_loss") is None for n in named(session, "epoch"))
+
+
+def test_a_truncated_bptt_language_model_without_an_optimizer_keeps_evaluation_out_of_its_steps():
+    """pytorch/examples' word language model: train() and evaluate() per epoch, then a test pass."""
+    profile()
+    torch.manual_seed(0)
+    vocabulary, bptt, batch = 20, 5, 4
+
+    class RNNModel(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = nn.Embedding(vocabulary, 8)
+            self.rnn = nn.LSTM(8, 8)
+            self.decoder = nn.Linear(8, vocabulary)
+
+        def forward(self, tokens, hidden):
+            output, hidden = self.rnn(self.encoder(tokens), hidden)
+            return self.decoder(output).view(-1, vocabulary), hidden
+
+        def init_hidden(self):
+            return (torch.zeros(1, batch, 8), torch.zeros(1, batch, 8))
+
+    def batchify(length):
+        return torch.randint(0, vocabulary, (length, batch))
+
+    train_data, val_data = batchify(6 * bptt + 1), batchify(3 * bptt + 1)
+    test_data = batchify(2 * bptt + 1)
+    model, criterion, lr = RNNModel(), nn.CrossEntropyLoss(), 1.0
+
+    def get_batch(source, i):
+        length = min(bptt, len(source) - 1 - i)
+        return source[i : i + length], source[i + 1 : i + 1 + length].reshape(-1)
+
+    def evaluate(source):
+        model.eval()
+        total, hidden = 0.0, model.init_hidden()
+        with torch.no_grad():
+            for i in range(0, source.size(0) - 1, bptt):
+                data, targets = get_batch(source, i)
+                output, hidden = model(data, hidden)
+                total += len(data) * criterion(output, targets).item()
+        return total / (len(source) - 1)
+
+    def train():
+        model.train()
+        hidden = model.init_hidden()
+        for _batch, i in enumerate(range(0, train_data.size(0) - 1, bptt)):
+            data, targets = get_batch(train_data, i)
+            model.zero_grad()
+            hidden = tuple(h.detach() for h in hidden)  # truncated backpropagation
+            output, hidden = model(data, hidden)
+            loss = criterion(output, targets)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-lr)
+            ci.mark("loss", loss.item())
+
+    for _epoch in range(2):
+        train()
+        ci.mark("val_loss", evaluate(val_data))
+    ci.mark("test_loss", evaluate(test_data), kind="summary")
+
+    session = session_tree()
+    by_id = {n["span_id"]: n for n in walk(session)}
+    steps = named(session, "step")
+    assert len(steps) == 12  # 6 iterations an epoch
+    for step in steps:
+        assert (child_names(step)["forward"], child_names(step)["backward"]) == (1, 1)
+        assert [m["name"] for m in step["marks"]] == ["loss"]
+    # Each call of train() is a pass of its loop: an epoch, ended when the program left it.
+    epochs = named(session, "epoch")
+    assert [len(kids(e, "step")) for e in epochs] == [6, 6]
+    evaluation = [f for f in named(session, "forward") if f["attributes"]["mode"] == "eval"]
+    assert len(evaluation) == 2 * 3 + 2
+    for forward in evaluation:  # never inside a step, nor an epoch of the training loop
+        assert {a["name"] for a in ancestors(forward, by_id)} == {"cirron.session"}
+    assert [m["name"] for m in session["marks"]] == ["val_loss", "val_loss", "test_loss"]
+
+
+def test_an_lbfgs_closure_keeps_its_forwards_and_backwards_inside_its_optimizer_step():
+    profile()
+    model = make_model()
+    x, y = make_data(8).tensors
+    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=3)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def closure():
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        optimizer.step(closure)
+
+    session = session_tree()
+    steps = named(session, "step")
+    assert len(steps) == 3
+    for step in steps:
+        assert child_names(step) == {"optimizer_step": 1}
+        (optimizer_step,) = kids(step, "optimizer_step")
+        names = child_names(optimizer_step)
+        assert names["forward"] == names["backward"] >= 1
+
+
 # -- 5. ci.epochs / ci.batches with the hooks on -----------------------------------------
 def test_ci_epochs_and_ci_batches_own_the_epochs_and_batches():
     profile()

@@ -276,9 +276,7 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
     if type(name) is not str or not name:
         values.name(name, "mark name")
     if type(value) is not float:
-        value = values.scalar(value, f"mark {name!r} value")
-        if type(value) is str and len(value) > recorder.MAX_VALUE_LENGTH:
-            value = value[: recorder.MAX_VALUE_LENGTH]
+        value = _mark_value(name, value)
     rec = recorder.current or recorder.active()
     if not rec.enabled:
         if kind not in MARK_KINDS:
@@ -289,12 +287,40 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
         _hooks.loop_check()  # a mark after the training loop is not its step's
         span = _context_var.get().get(SPAN_KEY)
     if type(span) is ScopeSpan and span._end_time is None:
-        pass  # the common case, without a call
+        if kind == "point" and not attributes:  # the common case, inline
+            if not span.add_mark_event(name, {"value": value}, _time_ns()):
+                _mark_dropped(rec, span)
+            return
     elif span is None or not span.is_recording():
         span = rec.session
-        if span is None or not span.is_recording():
-            rec.health.add("marks_dropped")
-            return
+    _record_mark(rec, span, name, value, kind, attributes)
+
+
+def mark_on(span: Any, name: str, value: Any, kind: str = "point") -> None:
+    """A mark on ``span`` rather than the innermost scope: for hooks that know which span a
+    value describes (a framework's logged metrics). Validated like :func:`mark`."""
+    if type(name) is not str or not name:
+        values.name(name, "mark name")
+    if type(value) is not float:
+        value = _mark_value(name, value)
+    rec = recorder.current or recorder.active()
+    if rec.enabled:
+        _record_mark(rec, span, name, value, kind, {})
+
+
+def _mark_value(name: str, value: Any) -> Any:
+    value = values.scalar(value, f"mark {name!r} value")
+    if type(value) is str and len(value) > recorder.MAX_VALUE_LENGTH:
+        value = value[: recorder.MAX_VALUE_LENGTH]
+    return value
+
+
+def _record_mark(
+    rec: Any, span: Any, name: str, value: Any, kind: str, attributes: dict[str, Any]
+) -> None:
+    if span is None or not span.is_recording():
+        rec.health.add("marks_dropped")
+        return
     if kind == "point":
         event_attributes = {"value": value}
         if attributes:
@@ -306,13 +332,7 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
             span.add_event(name, event_attributes)
             kept = getattr(span, "dropped_events", 0) == dropped
         if not kept:
-            rec.health.add("marks_dropped")
-            rec.health.warn_once(
-                "mark-limit",
-                "cirron: span %r reached its event limit; older marks are dropped "
-                "(counted in ci.health()['marks_dropped'])",
-                getattr(span, "name", "?"),
-            )
+            _mark_dropped(rec, span)
     elif kind == "summary":
         if type(span) is ScopeSpan:
             span.set_mark_attribute("mark." + name, value)
@@ -320,3 +340,13 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
             span.set_attribute("mark." + name, value)
     else:
         raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
+
+
+def _mark_dropped(rec: Any, span: Any) -> None:
+    rec.health.add("marks_dropped")
+    rec.health.warn_once(
+        "mark-limit",
+        "cirron: span %r reached its event limit; older marks are dropped "
+        "(counted in ci.health()['marks_dropped'])",
+        getattr(span, "name", "?"),
+    )

@@ -15,6 +15,7 @@ there are watched models.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import threading
@@ -25,7 +26,8 @@ from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
-from . import files
+from . import files, recorder
+from .config import Settings
 from .health import Health
 from .snapshot_records import event_attributes
 
@@ -207,3 +209,19 @@ def stop(timeout: float) -> None:
         thread = worker.thread
     if thread is not None:
         thread.join(max(deadline - time.monotonic(), 0.0))
+
+
+def _at_exit() -> None:
+    """Finish the snapshots in flight before the interpreter tears down.
+
+    Also without ``ci.profile()`` (an instrumentor on the user's provider): a
+    daemon thread still inside torch when the interpreter finalizes aborts the
+    whole process, after the user's script has ended well.
+    """
+    worker = _worker
+    if worker.thread is not None and worker.pid == os.getpid():
+        rec = recorder.current
+        stop(rec.settings.exit_timeout if rec is not None else Settings().exit_timeout)
+
+
+atexit.register(_at_exit)

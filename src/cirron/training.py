@@ -155,6 +155,8 @@ def _end_epoch(current: TrainingState) -> None:
         epoch.boundary_done = True
         boundaries.epoch_ending(epoch.opened[0])
     current.epoch = None
+    if training_state.completed[0] is epoch.opened[0]:
+        training_state.completed[0] = training_state.completed[1] = None
     if epoch.encloses:
         _release(current, epoch.parent)
     close_span(epoch.opened)
@@ -238,13 +240,20 @@ def end_step(who: Owner) -> None:
 
 
 def end_completed_step(who: Owner) -> None:
-    """``who`` begins evaluation: a step whose work is done ends here (if ``who`` may end it)."""
+    """``who`` begins evaluation: a step whose work is done ends here (if ``who`` may end it).
+
+    When the program has left the loop of that step, its fallback epoch ends too:
+    the evaluation after a manual loop is not in the loop's epoch.
+    """
     current = (recorder.current or recorder.active()).training
     step = current.step
     if step is not None and step.complete and step.owner.priority <= who.priority:
         with current.lock:
             if current.step is step:
+                left = step.loop is not None and loop_frames.left(step.loop)
                 _end_step(current)
+                if left:
+                    _end_fallback_epoch(current, step.owner)
 
 
 def _end_step(current: TrainingState) -> None:
@@ -252,11 +261,24 @@ def _end_step(current: TrainingState) -> None:
     if step is None:
         return
     current.step = None
-    if training_state.completed[0] is step.opened[0]:
-        training_state.completed[0] = training_state.completed[1] = None
+    completed = training_state.completed
+    if completed[0] is step.opened[0]:
+        completed[0] = completed[1] = None
+    epoch = current.epoch
+    if step.loop is not None and epoch is not None and epoch.fallback:
+        # The fallback epoch of a manual loop ends once the program leaves that loop:
+        # from now on, a mark or scope in it checks.
+        epoch.loop = step.loop
+        completed[0], completed[1] = epoch.opened[0], step.loop
     if step.encloses:
         _release(current, step.parent)
     close_span(step.opened)
+
+
+def _end_fallback_epoch(current: TrainingState, who: Owner) -> None:
+    epoch = current.epoch
+    if epoch is not None and epoch.fallback and epoch.owner is who:
+        _end_epoch(current)
 
 
 # -- the user's batches ---------------------------------------------------------------------
@@ -295,14 +317,24 @@ def _enclosing_ends(span: Any) -> None:
 
 
 def _check_loop() -> None:
-    """A mark or scope is being made in a completed step: has its loop been left?"""
-    current = state()
+    """A mark or scope is made in a completed step (or its fallback epoch): is its loop left?
+
+    Then that step ends, and the fallback epoch of its loop with it: what comes
+    after a manual loop belongs to what encloses the loop.
+    """
+    current = (recorder.current or recorder.active()).training
+    completed = training_state.completed
     with current.lock:
-        step = current.step
-        if step is not None and step.loop is not None and loop_frames.left(step.loop):
+        span, loop = completed[0], completed[1]
+        step, epoch = current.step, current.epoch
+        if loop is None or not loop_frames.left(loop):
+            return
+        completed[0] = completed[1] = None
+        if step is not None and step.opened[0] is span:
             _end_step(current)
-        elif step is None or step.opened[0] is not training_state.completed[0]:
-            training_state.completed[0] = training_state.completed[1] = None
+            _end_fallback_epoch(current, step.owner)
+        elif epoch is not None and epoch.opened[0] is span:
+            _end_epoch(current)
 
 
 def end_moment(span: Any) -> bool:

@@ -75,7 +75,9 @@ class TrainingState:
 # Spans that enclose an open epoch or step (a user's scope around a manual loop): when one
 # of them ends, what it encloses ends first. Mutated in place, never rebound.
 enclosing: set[Any] = set()
-# The span of a completed step whose loop may have been left: (span, its loop), or None.
+# A completed step of a manual loop, or its fallback epoch once the step ended: (its span,
+# the loop that repeats the steps), to check at the next mark or scope whether the program
+# has left that loop; [None, None] when there is nothing to check.
 completed: list[Any] = [None, None]
 
 

@@ -1,0 +1,443 @@
+"""HuggingFace ``Trainer`` instrumentation: a ``TrainerCallback`` that reports training moments.
+
+Installed by ``ci.profile()`` once the script imports transformers, or on its
+own with plain OpenTelemetry::
+
+    from cirron.instrumentors.transformers import TransformersInstrumentor
+    TransformersInstrumentor().instrument(tracer_provider=provider)
+
+Every ``Trainer`` (``Seq2SeqTrainer``, a user's subclass) gets one cirron
+callback, beside the user's, when it is built (or when it trains, for one
+built before the instrumentor). What becomes a span:
+
+- ``train``: one ``trainer.train()``; its final metrics (``train_loss``,
+  ``train_runtime``, ...) are summary marks on it.
+- ``epoch`` and ``step``, owned by the Trainer (the torch hooks yield them and
+  keep their ``forward``/``backward``/``optimizer_step``/``data_load`` inside):
+  one ``step`` per optimizer step, indexed by HF's global step (so a resumed
+  run goes on from its checkpoint); epochs indexed by HF's epoch. The Trainer
+  fetches a step's batches (all of them, under gradient accumulation) before
+  ``on_step_begin``: the step begins where that fetch begins
+  (``Trainer.get_batch_samples``), so its ``data_load`` spans are inside it.
+- ``validate`` (evaluation during training, inside its epoch, never inside a
+  step), ``evaluate`` (``trainer.evaluate()`` on its own) and ``predict``,
+  each with ``batches``; ``checkpoint`` with ``path`` for a checkpoint save.
+- Logged values (``on_log``): during an epoch, point marks on the step they
+  describe; logged after the epoch's last step (the Trainer logs and evaluates
+  after ``on_epoch_end``, so the epoch stays open until then), summary marks on
+  the epoch; evaluation metrics (``eval_*``) summary marks on their
+  ``validate``/``evaluate`` span, and on the epoch at an epoch's end.
+- The model is watched for snapshots with no ``ci.watch``; its snapshot is
+  taken at the epoch's last optimizer step, before the Trainer clears the
+  gradients, so it has weights and gradients.
+
+Every callback runs behind the core guard: a failure inside cirron is counted
+in ``ci.health()`` and training goes on. ``uninstrument()`` restores every
+patched ``Trainer`` method; callbacks already added to trainers go quiet.
+This module imports transformers only when it instruments.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+
+from .. import recorder, training
+from ..guard import guarded
+from ..scopes import close_span, mark_on, open_span
+from ..watch import register as watch_model
+
+_SITE = "transformers hook"
+HF = training.owner("transformers")
+_active = [False]  # the instrumentor is on: callbacks of trainers built earlier go quiet
+_callback_class: list[Any] = [None]  # made on first use: it subclasses transformers' class
+
+
+class TrainerRun:
+    """What one trainer's callback knows of its run (one per trainer)."""
+
+    def __init__(self) -> None:
+        self.train: Any = None  # the open `train` span (what close_span needs)
+        self.epoch_ending = False  # on_epoch_end was called: logs now describe the epoch
+        self.updates_left: int | None = None  # optimizer steps left in this epoch
+        self.evaluations: list[list[Any]] = []  # open evaluation spans: [opened, batches]
+
+    @property
+    def training(self) -> bool:
+        return self.train is not None
+
+
+# -- the callback's moments -------------------------------------------------------------------
+@guarded(_SITE)
+def _train_begin(run: TrainerRun, args: Any, state: Any, model: Any) -> None:
+    run.train = open_span(
+        "train",
+        {
+            "num_train_epochs": float(args.num_train_epochs),
+            "max_steps": int(state.max_steps or 0),
+            "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
+        },
+    )
+    if model is not None:
+        watch_model(model)
+
+
+@guarded(_SITE)
+def _train_end(run: TrainerRun) -> None:
+    training.end_epoch(HF)
+    train, run.train = run.train, None
+    if train is not None:
+        close_span(train)
+
+
+@guarded(_SITE)
+def _epoch_begin(run: TrainerRun, args: Any, state: Any, dataloader: Any) -> None:
+    run.epoch_ending = False
+    training.begin_epoch(HF, index=int(state.epoch or 0))
+    run.updates_left = _updates_left(args, state, dataloader)
+
+
+def _updates_left(args: Any, state: Any, dataloader: Any) -> int | None:
+    """Optimizer steps this epoch will make (its last one is the epoch's boundary)."""
+    try:
+        batches = len(dataloader)
+    except TypeError:  # an iterable dataset: no length, the boundary is the epoch's end
+        return None
+    accumulation = max(int(args.gradient_accumulation_steps), 1)
+    per_epoch = max(math.ceil(batches / accumulation), 1)
+    left = per_epoch - state.global_step % per_epoch  # a resumed epoch has done some
+    if state.max_steps and state.max_steps > 0:
+        left = min(left, state.max_steps - state.global_step)
+    return left
+
+
+@guarded(_SITE)
+def _step_begin(run: TrainerRun, state: Any) -> None:
+    step = training.step_of(HF)
+    if step is None or step.complete:  # else get_batch_samples began it
+        training.begin_step(HF, index=state.global_step)
+
+
+@guarded(_SITE)
+def _optimizer_step(run: TrainerRun) -> None:
+    if run.updates_left is not None:
+        run.updates_left -= 1
+        if run.updates_left <= 0:  # the model is final for the epoch, gradients still there
+            training.epoch_boundary(HF)
+
+
+@guarded(_SITE)
+def _step_end(run: TrainerRun) -> None:
+    training.complete_step(HF)  # open for the logs that follow it
+
+
+@guarded(_SITE)
+def _epoch_end(run: TrainerRun) -> None:
+    run.epoch_ending = True
+    training.end_step(HF)
+
+
+@guarded(_SITE)
+def _log(run: TrainerRun, logs: dict[str, Any]) -> None:
+    if "train_runtime" in logs:  # the final metrics of train()
+        training.end_epoch(HF)
+        _marks(run.train[0] if run.train else None, logs, "summary")
+        return
+    if run.evaluations:  # metrics of the evaluation running now
+        _marks(run.evaluations[-1][0][0], logs, "summary")
+        epoch = training.epoch_of(HF)
+        if run.epoch_ending and epoch is not None:
+            _marks(epoch.opened[0], logs, "summary")
+        return
+    epoch, step = training.epoch_of(HF), training.step_of(HF)
+    if run.epoch_ending and epoch is not None:
+        _marks(epoch.opened[0], logs, "summary")
+    elif step is not None:
+        _marks(step.opened[0], logs, "point")
+    elif epoch is not None:
+        _marks(epoch.opened[0], logs, "point")
+
+
+def _marks(span: Any, logs: dict[str, Any], kind: str) -> None:
+    """One mark per logged value, HF's own value; what is not a scalar is left out."""
+    if span is None:
+        return
+    for name, value in logs.items():
+        try:
+            mark_on(span, str(name), value, kind)
+        except (TypeError, ValueError):
+            continue  # a logged value that is not a number or a string
+
+
+@guarded(_SITE)
+def _prediction_step(run: TrainerRun) -> None:
+    if run.evaluations:
+        run.evaluations[-1][1] += 1
+
+
+@guarded(_SITE)
+def _predict_metrics(run: TrainerRun, metrics: dict[str, Any]) -> None:
+    if run.evaluations:
+        _marks(run.evaluations[-1][0][0], metrics, "summary")
+
+
+def _make_callback_class() -> Any:
+    from transformers import TrainerCallback
+
+    class CirronCallback(TrainerCallback):  # type: ignore[misc]
+        """cirron's callback: reports the Trainer's moments (see the module docstring)."""
+
+        def __init__(self) -> None:
+            self.run = TrainerRun()
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _active[0]:
+                _train_begin(self.run, args, state, kwargs.get("model"))
+
+        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _active[0]:
+                _epoch_begin(self.run, args, state, kwargs.get("train_dataloader"))
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _active[0]:
+                _step_begin(self.run, state)
+
+        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _active[0]:
+                _optimizer_step(self.run)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _active[0]:
+                _step_end(self.run)
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _active[0]:
+                _epoch_end(self.run)
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any
+        ) -> None:
+            if _active[0] and logs:
+                _log(self.run, logs)
+
+        def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _active[0]:
+                _prediction_step(self.run)
+
+        def on_predict(
+            self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any
+        ) -> None:
+            if _active[0] and metrics:
+                _predict_metrics(self.run, metrics)
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _active[0]:
+                _train_end(self.run)
+
+    return CirronCallback
+
+
+def callback_class() -> Any:
+    if _callback_class[0] is None:
+        _callback_class[0] = _make_callback_class()
+    return _callback_class[0]
+
+
+def _run_of(trainer: Any, add: bool = False) -> TrainerRun | None:
+    """The run of ``trainer``'s cirron callback (``add``: give it one if it has none)."""
+    handler = getattr(trainer, "callback_handler", None)
+    if handler is None:
+        return None
+    cls = callback_class()
+    for callback in handler.callbacks:
+        if isinstance(callback, cls):
+            return callback.run  # type: ignore[no-any-return]
+    if not add:
+        return None
+    callback = cls()
+    handler.add_callback(callback)
+    return callback.run  # type: ignore[no-any-return]
+
+
+# -- evaluation, prediction and checkpoints: spans around Trainer methods -----------------------
+@guarded(_SITE)
+def _begin_pass(
+    trainer: Any, name: str, describe: Any, args: Any, kwargs: dict[str, Any]
+) -> TrainerRun | None:
+    run = _run_of(trainer, add=True)
+    if run is None:
+        return None
+    attributes = describe(trainer, args, kwargs)
+    if name == "evaluate" and run.training:
+        name = "validate"  # evaluation during training: inside its epoch
+        epoch = training.epoch_of(HF)
+        if epoch is not None:
+            attributes["index"] = epoch.index
+    if run.training:
+        training.end_completed_step(HF)  # never inside a step
+    opened = open_span(name, attributes)
+    if opened is None:
+        return None
+    run.evaluations.append([opened, 0])
+    return run
+
+
+@guarded(_SITE)
+def _end_pass(run: TrainerRun, error: BaseException | None) -> None:
+    opened, batches = run.evaluations.pop()
+    if opened[0].name != "checkpoint":
+        opened[0].set_attribute("batches", batches)
+    close_span(opened, error)
+
+
+def _around(name: str, original: Any, describe: Any) -> Any:
+    """A patched Trainer method: its call inside a ``name`` span (the call itself unguarded).
+
+    ``describe(trainer, args, kwargs)`` gives the span's attributes.
+    """
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run = _begin_pass(self, name, describe, args, kwargs) if _active[0] else None
+        if run is None:
+            return original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as error:
+            _end_pass(run, error)
+            raise
+        _end_pass(run, None)
+        return result
+
+    method.__wrapped__ = original  # type: ignore[attr-defined]
+    method.__name__ = original.__name__
+    method.__doc__ = original.__doc__
+    return method
+
+
+def _pass_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    prefix = kwargs.get("metric_key_prefix")
+    return {"metric_key_prefix": prefix} if isinstance(prefix, str) else {}
+
+
+def _checkpoint_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    trial = args[1] if len(args) > 1 else kwargs.get("trial")
+    folder = f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+    return {"path": os.path.abspath(os.path.join(trainer._get_output_dir(trial=trial), folder))}
+
+
+@guarded(_SITE)
+def _fetch_begins(trainer: Any) -> None:
+    """``get_batch_samples``: the Trainer fetches a step's batches before ``on_step_begin``."""
+    run = _run_of(trainer)
+    if run is not None and run.training:
+        step = training.step_of(HF)
+        if step is None or step.complete:
+            training.begin_step(HF, index=trainer.state.global_step, start_ns=time.time_ns())
+
+
+def _make_get_batch_samples(original: Any) -> Any:
+    def get_batch_samples(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _active[0]:
+            _fetch_begins(self)
+        return original(self, *args, **kwargs)
+
+    get_batch_samples.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_batch_samples
+
+
+def _make_init(original: Any) -> Any:
+    add = guarded(_SITE)(_run_of)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if _active[0]:
+            add(self, True)
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __init__
+
+
+def _make_train(original: Any) -> Any:
+    add = guarded(_SITE)(_run_of)
+
+    def train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _active[0]:
+            add(self, True)  # a trainer built before the instrumentor
+        return original(self, *args, **kwargs)
+
+    train.__wrapped__ = original  # type: ignore[attr-defined]
+    return train
+
+
+class TransformersInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """OpenTelemetry instrumentor for the HuggingFace ``Trainer`` (see the module docstring)."""
+
+    _patches: list[tuple[Any, str, Any]] = []
+    _waiting_for_import = False
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ("transformers >= 4.40",)
+
+    def _instrument(self, **kwargs: Any) -> None:
+        provider = kwargs.get("tracer_provider")
+        if provider is not None and recorder.current is None:
+            recorder.bind_provider(provider)
+        if "transformers" in sys.modules:
+            self._attach()
+        else:  # attach the moment the script imports transformers, never import it ourselves
+            import wrapt
+
+            TransformersInstrumentor._waiting_for_import = True
+            wrapt.register_post_import_hook(self._attach_on_import, "transformers")
+
+    def _attach_on_import(self, _module: Any) -> None:
+        if TransformersInstrumentor._waiting_for_import:
+            TransformersInstrumentor._waiting_for_import = False
+            self._attach()
+
+    def _patch(self, owner: Any, attribute: str, replacement: Any) -> None:
+        original = owner.__dict__[attribute]
+        self._patches.append((owner, attribute, original))
+        setattr(owner, attribute, replacement)
+
+    def _attach(self) -> None:
+        if self._patches:
+            return
+        try:
+            from transformers import Trainer
+
+            self._patch(Trainer, "__init__", _make_init(Trainer.__dict__["__init__"]))
+            self._patch(Trainer, "train", _make_train(Trainer.__dict__["train"]))
+            for name, span in (("evaluate", "evaluate"), ("predict", "predict")):
+                self._patch(Trainer, name, _around(span, Trainer.__dict__[name], _pass_attributes))
+            if "get_batch_samples" in Trainer.__dict__:
+                original = Trainer.__dict__["get_batch_samples"]
+                self._patch(Trainer, "get_batch_samples", _make_get_batch_samples(original))
+            if "_save_checkpoint" in Trainer.__dict__:
+                original = Trainer.__dict__["_save_checkpoint"]
+                self._patch(
+                    Trainer,
+                    "_save_checkpoint",
+                    _around("checkpoint", original, _checkpoint_attributes),
+                )
+            _active[0] = True
+        except BaseException:
+            self._uninstrument()  # all or nothing
+            raise
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        TransformersInstrumentor._waiting_for_import = False
+        _active[0] = False
+        if recorder.current is not None:
+            guarded(_SITE)(training.end_epoch)(HF)
+        for owner, attribute, original in reversed(self._patches):
+            setattr(owner, attribute, original)
+        self._patches.clear()
