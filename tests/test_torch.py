@@ -612,6 +612,44 @@ def test_ci_batches_without_ci_epochs_never_nests_an_epoch_in_a_batch(source):
         assert "batch" not in [a["name"] for a in ancestors(epoch, by_id)]
 
 
+def one_level_each(session):
+    """Every step and batch has exactly one epoch above it; none is inside another."""
+    by_id = {n["span_id"]: n for n in walk(session)}
+    for node in walk(session):
+        above = [a["name"] for a in ancestors(node, by_id)]
+        if node["name"] in ("step", "batch"):
+            assert above.count("epoch") == 1, above
+            assert "step" not in above and "batch" not in above, above
+        if node["name"] == "epoch":
+            assert not {"epoch", "step", "batch"} & set(above), above
+
+
+@pytest.mark.parametrize(
+    "owners", ["ci.epochs + loader", "ci.epochs + manual", "ci.batches over a loader", "both"]
+)
+def test_every_owner_combination_gives_one_epoch_level_and_one_step_level(owners):
+    profile(config={"epoch_steps": 2})
+    model = make_model()
+    loader = DataLoader(make_data(16), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    x, y = make_data(4).tensors
+    epochs = ci.epochs(range(2)) if owners != "ci.batches over a loader" else range(2)
+    for _ in epochs:
+        if owners == "ci.epochs + manual":
+            for _ in range(3):
+                train_step(model, optimizer, loss_fn, x, y)
+        else:
+            data = ci.batches(loader) if "ci.batches" in owners or owners == "both" else loader
+            for xb, yb in data:
+                train_step(model, optimizer, loss_fn, xb, yb)
+    session = session_tree()
+    one_level_each(session)
+    assert len(named(session, "epoch")) == 2
+    steps = named(session, "step") + named(session, "batch")
+    assert len(steps) == (6 if owners == "ci.epochs + manual" else 8)
+
+
 # -- 6. DataLoader workers -----------------------------------------------------------
 WORKERS_SCRIPT = """
     import json, os, sys

@@ -145,13 +145,15 @@ def finished_tree():
 
 # -- 1. a causal LM, epochs and steps -----------------------------------------------------------
 @pytest.mark.parametrize("accumulation", [1, 4])
-def test_gpt2_gives_one_epoch_per_epoch_and_one_step_per_optimizer_step(tmp_path, accumulation):
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
+def test_one_epoch_per_epoch_and_one_step_per_optimizer_step(tmp_path, model, accumulation):
     ci.profile(output="none")
+    classes = 3 if model == "bert" else None
     trainer = Trainer(
-        model=gpt2(),
+        model=gpt2() if model == "gpt2" else bert(),
         args=arguments(tmp_path, gradient_accumulation_steps=accumulation),
-        train_dataset=Tokens(32, seed=1),  # 8 batches an epoch
-        eval_dataset=Tokens(8, seed=2),  # 2 evaluation batches
+        train_dataset=Tokens(32, seed=1, classes=classes),  # 8 batches an epoch
+        eval_dataset=Tokens(8, seed=2, classes=classes),  # 2 evaluation batches
     )
     output = trainer.train()
     session = finished_tree()

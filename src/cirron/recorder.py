@@ -130,13 +130,19 @@ def session_attributes(frameworks: tuple[str, ...] = ()) -> dict[str, Any]:
     }
 
 
-def _in_memory() -> Recorder:
-    settings = Settings()
+def _memory_only(settings: Settings) -> tuple[Health, TraceStore, RingBufferSpanProcessor]:
+    """Health, store and a processor with no sinks: spans kept for ci.trace() only."""
     health = Health()
     store = TraceStore(settings.trace_buffer)
     processor = RingBufferSpanProcessor(
         store, health, (), settings.buffer_size, settings.flush_interval, settings.exit_timeout
     )
+    return health, store, processor
+
+
+def _in_memory() -> Recorder:
+    settings = Settings()
+    health, store, processor = _memory_only(settings)
     provider = TracerProvider(
         shutdown_on_exit=False,
         span_limits=span_limits(settings.max_events),
@@ -155,11 +161,7 @@ def bind_provider(provider: Any) -> Recorder:
     no threads: the user's processors export; the store keeps ``ci.trace()``.
     """
     settings = Settings()
-    health = Health()
-    store = TraceStore(settings.trace_buffer)
-    processor = RingBufferSpanProcessor(
-        store, health, (), settings.buffer_size, settings.flush_interval, settings.exit_timeout
-    )
+    health, store, processor = _memory_only(settings)
     provider.add_span_processor(processor)
     tracer, lean = _tracer(provider, settings.max_events)
     bound = Recorder(

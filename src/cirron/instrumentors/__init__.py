@@ -1,6 +1,90 @@
-"""Framework instrumentors: each an OpenTelemetry ``BaseInstrumentor``.
+"""Framework instrumentors: each an OpenTelemetry ``BaseInstrumentor``, and what they share.
 
-They depend on the core (scopes, marks, the guard), never the other way, and
-never on each other. ``cirron.registry`` lists them by import path; each is
-imported only once its framework has been imported by the user's program.
+They depend on the core (training moments, scopes, marks, the guard), never
+the other way, and never on each other. ``cirron.registry`` lists them by
+import path; each is imported only once its framework has been imported by
+the user's program.
+
+:class:`FrameworkInstrumentor` is the part every one of them needs: with a
+user's own provider it records there; it attaches the moment the program
+imports the framework (never importing it itself); it patches all or
+nothing; ``uninstrument()`` puts every patched attribute back exactly.
 """
+
+from __future__ import annotations
+
+import abc
+import sys
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+
+from .. import recorder
+
+
+class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """The shared life cycle; a subclass names its framework and fills in :meth:`install`."""
+
+    module = ""  # the framework's top-level module: importing it attaches the hooks
+    requirement = ""  # what instrumentation_dependencies() says, e.g. "torch >= 2.1"
+    # BaseInstrumentor is a singleton whose __init__ runs on every call of the class, so
+    # this state lives on each subclass (see __init_subclass__), not on the instance.
+    _patches: list[tuple[Any, str, Any]]
+    _waiting_for_import: bool
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._patches = []
+        cls._waiting_for_import = False
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return (self.requirement,)
+
+    # -- what a subclass fills in ------------------------------------------------------------
+    @abc.abstractmethod
+    def install(self) -> None:
+        """Patch the framework (with :meth:`patch`); it is imported by now."""
+
+    def remove(self) -> None:
+        """Undo what :meth:`install` did besides patches (hooks, caches); end its moments."""
+
+    # -- the life cycle ----------------------------------------------------------------------
+    def _instrument(self, **kwargs: Any) -> None:
+        provider = kwargs.get("tracer_provider")
+        if provider is not None and recorder.current is None:
+            recorder.bind_provider(provider)
+        if self.module in sys.modules:
+            self._attach()
+        else:  # attach the moment the script imports it, never import it ourselves
+            import wrapt
+
+            type(self)._waiting_for_import = True
+            wrapt.register_post_import_hook(self._attach_on_import, self.module)
+
+    def _attach_on_import(self, _module: Any) -> None:
+        if type(self)._waiting_for_import:  # not uninstrumented meanwhile
+            type(self)._waiting_for_import = False
+            self._attach()
+
+    def _attach(self) -> None:
+        if self._patches:
+            return
+        try:
+            self.install()
+        except BaseException:
+            self._uninstrument()  # all or nothing: never leave a framework half patched
+            raise
+
+    def patch(self, owner: Any, attribute: str, replacement: Any) -> None:
+        """Replace ``owner.attribute`` (its own, not inherited) until uninstrument()."""
+        original = owner.__dict__[attribute]
+        self._patches.append((owner, attribute, original))
+        setattr(owner, attribute, replacement)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        type(self)._waiting_for_import = False
+        self.remove()
+        for owner, attribute, original in reversed(self._patches):
+            setattr(owner, attribute, original)
+        self._patches.clear()

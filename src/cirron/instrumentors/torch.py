@@ -35,15 +35,12 @@ from __future__ import annotations
 import sys
 import time
 import weakref
-from collections.abc import Collection
 from typing import Any
-
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .. import loops, recorder, training
 from ..guard import guarded
 from ..scopes import close_span, open_on, record_span
-from .torch_snapshot import unwrap
+from . import FrameworkInstrumentor
 from .torch_steps import TORCH, TorchLoop
 
 _SITE = "torch hook"
@@ -131,6 +128,20 @@ def _elapsed_ns(start: Any, end: Any, final: bool) -> int | None:
 
 
 # -- forward -----------------------------------------------------------------------
+def unwrap(model: Any) -> Any:
+    """The model inside DDP / DataParallel / torch.compile wrappers."""
+    while True:
+        name = type(model).__name__
+        inner = None
+        if name == "OptimizedModule":  # torch.compile
+            inner = getattr(model, "_orig_mod", None)
+        elif name in ("DistributedDataParallel", "DataParallel"):
+            inner = getattr(model, "module", None)
+        if inner is None:
+            return model
+        model = inner
+
+
 def _remember(module: Any) -> tuple[weakref.ref[Any], str]:
     key = id(module)
     # A DDP / DataParallel / torch.compile wrapper is named for the model inside.
@@ -391,52 +402,16 @@ def _end_torch_moments() -> None:
     training.end_epoch(TORCH)
 
 
-class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class TorchInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for PyTorch training loops (see the module docstring)."""
 
-    # BaseInstrumentor is a singleton: __init__ runs on every TorchInstrumentor()
-    # call, so the patch list lives on the class, not in __init__.
-    _patches: list[tuple[Any, str, Any]] = []
-    _handles: list[Any] = []
-    _waiting_for_import = False
+    module = "torch"
+    requirement = "torch >= 2.1"
+    _handles: list[Any] = []  # the optimizer hooks
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return ("torch >= 2.1",)
-
-    def _instrument(self, **kwargs: Any) -> None:
-        provider = kwargs.get("tracer_provider")
-        if provider is not None and recorder.current is None:
-            recorder.bind_provider(provider)
-        if "torch" in sys.modules:
-            self._attach()
-        else:  # attach the moment the script imports torch, never import it ourselves
-            import wrapt
-
-            TorchInstrumentor._waiting_for_import = True
-            wrapt.register_post_import_hook(self._attach_on_import, "torch")
-
-    def _attach_on_import(self, _module: Any) -> None:
-        if TorchInstrumentor._waiting_for_import:  # not uninstrumented meanwhile
-            TorchInstrumentor._waiting_for_import = False
-            self._attach()
-
-    def _patch(self, owner: Any, attribute: str, replacement: Any) -> None:
-        original = owner.__dict__[attribute]
-        self._patches.append((owner, attribute, original))
-        setattr(owner, attribute, replacement)
-
-    def _attach(self) -> None:
+    def install(self) -> None:
         global _loop
-        if self._patches:
-            return
         _loop = TorchLoop()
-        try:
-            self._install_patches()
-        except BaseException:
-            self._uninstrument()  # all or nothing: never leave torch half patched
-            raise
-
-    def _install_patches(self) -> None:
         torch = _torch()
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
@@ -445,12 +420,12 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         module_class = torch.nn.Module
-        self._patch(module_class, "__call__", _make_module_call(module_class.__dict__["__call__"]))
-        self._patch(module_class, "train", _make_train(module_class.__dict__["train"]))
-        self._patch(torch.autograd, "backward", _make_backward(torch.autograd.backward))
-        self._patch(_BaseDataLoaderIter, "__next__", _make_next(_BaseDataLoaderIter.__next__))
+        self.patch(module_class, "__call__", _make_module_call(module_class.__dict__["__call__"]))
+        self.patch(module_class, "train", _make_train(module_class.__dict__["train"]))
+        self.patch(torch.autograd, "backward", _make_backward(torch.autograd.backward))
+        self.patch(_BaseDataLoaderIter, "__next__", _make_next(_BaseDataLoaderIter.__next__))
         optimizer_class = torch.optim.Optimizer
-        self._patch(
+        self.patch(
             optimizer_class, "__init__", _make_optimizer_init(optimizer_class.__dict__["__init__"])
         )
         self._handles.append(register_optimizer_step_pre_hook(_before_optimizer_step))
@@ -458,13 +433,9 @@ class TorchInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         _cuda[0] = torch.cuda
         _grad_enabled[0] = torch.is_grad_enabled
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        TorchInstrumentor._waiting_for_import = False
+    def remove(self) -> None:
         if recorder.current is not None:  # no hook will see another boundary: end ours
             _end_torch_moments()
-        for owner, attribute, original in reversed(self._patches):
-            setattr(owner, attribute, original)
-        self._patches.clear()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..snapshot_records import HISTOGRAM_BINS, empty_summary
+from .torch import unwrap
 
 _KEEP_FREE = 2  # staging buffers kept per model and dtype
 _CHUNK_BYTES = 4 << 20  # the staging copy's unit of work
@@ -344,20 +345,6 @@ def _to_host(tensor: Any) -> Any:
     host = _torch().empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
     host.copy_(tensor, non_blocking=True)
     return host
-
-
-def unwrap(model: Any) -> Any:
-    """The model inside DDP / DataParallel / torch.compile wrappers."""
-    while True:
-        name = type(model).__name__
-        inner = None
-        if name == "OptimizedModule":  # torch.compile
-            inner = getattr(model, "_orig_mod", None)
-        elif name in ("DistributedDataParallel", "DataParallel"):
-            inner = getattr(model, "module", None)
-        if inner is None:
-            return model
-        model = inner
 
 
 class TorchSnapshots:

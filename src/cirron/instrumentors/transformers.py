@@ -41,17 +41,14 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
-from collections.abc import Collection
 from typing import Any
-
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .. import recorder, training
 from ..guard import guarded
 from ..scopes import close_span, mark_on, open_span
 from ..watch import register as watch_model
+from . import FrameworkInstrumentor
 
 _SITE = "transformers hook"
 HF = training.owner("transformers")
@@ -377,67 +374,30 @@ def _make_train(original: Any) -> Any:
     return train
 
 
-class TransformersInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class TransformersInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for the HuggingFace ``Trainer`` (see the module docstring)."""
 
-    _patches: list[tuple[Any, str, Any]] = []
-    _waiting_for_import = False
+    module = "transformers"
+    requirement = "transformers >= 4.40"
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return ("transformers >= 4.40",)
+    def install(self) -> None:
+        from transformers import Trainer
 
-    def _instrument(self, **kwargs: Any) -> None:
-        provider = kwargs.get("tracer_provider")
-        if provider is not None and recorder.current is None:
-            recorder.bind_provider(provider)
-        if "transformers" in sys.modules:
-            self._attach()
-        else:  # attach the moment the script imports transformers, never import it ourselves
-            import wrapt
+        self.patch(Trainer, "__init__", _make_init(Trainer.__dict__["__init__"]))
+        self.patch(Trainer, "train", _make_train(Trainer.__dict__["train"]))
+        for name in ("evaluate", "predict"):
+            self.patch(Trainer, name, _around(name, Trainer.__dict__[name], _pass_attributes))
+        if "get_batch_samples" in Trainer.__dict__:  # transformers 4.46 and newer
+            original = Trainer.__dict__["get_batch_samples"]
+            self.patch(Trainer, "get_batch_samples", _make_get_batch_samples(original))
+        if "_save_checkpoint" in Trainer.__dict__:
+            original = Trainer.__dict__["_save_checkpoint"]
+            self.patch(
+                Trainer, "_save_checkpoint", _around("checkpoint", original, _checkpoint_attributes)
+            )
+        _active[0] = True
 
-            TransformersInstrumentor._waiting_for_import = True
-            wrapt.register_post_import_hook(self._attach_on_import, "transformers")
-
-    def _attach_on_import(self, _module: Any) -> None:
-        if TransformersInstrumentor._waiting_for_import:
-            TransformersInstrumentor._waiting_for_import = False
-            self._attach()
-
-    def _patch(self, owner: Any, attribute: str, replacement: Any) -> None:
-        original = owner.__dict__[attribute]
-        self._patches.append((owner, attribute, original))
-        setattr(owner, attribute, replacement)
-
-    def _attach(self) -> None:
-        if self._patches:
-            return
-        try:
-            from transformers import Trainer
-
-            self._patch(Trainer, "__init__", _make_init(Trainer.__dict__["__init__"]))
-            self._patch(Trainer, "train", _make_train(Trainer.__dict__["train"]))
-            for name, span in (("evaluate", "evaluate"), ("predict", "predict")):
-                self._patch(Trainer, name, _around(span, Trainer.__dict__[name], _pass_attributes))
-            if "get_batch_samples" in Trainer.__dict__:
-                original = Trainer.__dict__["get_batch_samples"]
-                self._patch(Trainer, "get_batch_samples", _make_get_batch_samples(original))
-            if "_save_checkpoint" in Trainer.__dict__:
-                original = Trainer.__dict__["_save_checkpoint"]
-                self._patch(
-                    Trainer,
-                    "_save_checkpoint",
-                    _around("checkpoint", original, _checkpoint_attributes),
-                )
-            _active[0] = True
-        except BaseException:
-            self._uninstrument()  # all or nothing
-            raise
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        TransformersInstrumentor._waiting_for_import = False
+    def remove(self) -> None:
         _active[0] = False
         if recorder.current is not None:
             guarded(_SITE)(training.end_epoch)(HF)
-        for owner, attribute, original in reversed(self._patches):
-            setattr(owner, attribute, original)
-        self._patches.clear()
