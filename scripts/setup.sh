@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# Idempotent set-up of a fresh machine: a virtualenv in .venv with the package
-# (editable), the test tools and the frameworks, pinned by constraints.txt.
-# Re-runs are fast: nothing is reinstalled while pyproject.toml and
-# constraints.txt are unchanged.
+# Idempotent set-up of a fresh machine: a virtualenv in .venv with the package (editable),
+# pinned by constraints.txt.
+#   bash scripts/setup.sh demo   torch and the package: what examples/train_torch.py needs
+#   bash scripts/setup.sh        everything the tests need (test tools, transformers, ...)
+# Re-runs are fast: nothing is reinstalled while pyproject.toml, constraints.txt and this
+# script are unchanged (a full set-up also serves the demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-stamp="$VENV/.cirron-setup"
+profile=${1:-test}
 wanted=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+done_for() { [ -f "$VENV/.cirron-setup-$1" ] && [ "$(cat "$VENV/.cirron-setup-$1")" = "$wanted" ]; }
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] && [ -x "$VENV/bin/python" ]; then
+if [ -x "$VENV/bin/python" ] && { done_for test || { [ "$profile" = demo ] && done_for demo; }; }; then
     exit 0
 fi
 
-echo "setting up $VENV (first run takes a few minutes) ..." >&2
+echo "setting up $VENV for the $profile (the first run takes a few minutes) ..." >&2
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # torch first and alone: the pinned CPU wheel; an unpinned torch would pull CUDA.
 "${pip[@]}" install -c constraints.txt "torch==2.13.0"
-"${pip[@]}" install -c constraints.txt -e ".[test]"
-echo "$wanted" > "$stamp"
+if [ "$profile" = demo ]; then
+    "${pip[@]}" install -c constraints.txt -e .
+else
+    "${pip[@]}" install -c constraints.txt -e ".[test]"
+fi
+echo "$wanted" > "$VENV/.cirron-setup-$profile"
