@@ -24,6 +24,7 @@ import pytest
 
 import cirron as ci
 from support import run_python
+from trees import ancestors, child_names, kids, named, walk
 
 torch = pytest.importorskip("torch")
 
@@ -56,30 +57,6 @@ def profile(**kwargs):
 
 
 # -- reading the tree back ---------------------------------------------------------
-def walk(node):
-    yield node
-    for child in node["children"]:
-        yield from walk(child)
-
-
-def named(node, name):
-    """Every span called ``name`` at or below ``node``."""
-    return [n for n in walk(node) if n["name"] == name]
-
-
-def kids(node, name):
-    return [c for c in node["children"] if c["name"] == name]
-
-
-def child_names(node):
-    return Counter(c["name"] for c in node["children"])
-
-
-def ancestors(node, by_id):
-    parent = by_id.get(node["parent_id"])
-    while parent is not None:
-        yield parent
-        parent = by_id.get(parent["parent_id"])
 
 
 def session_tree():

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 
 import cirron as ci
+from trees import kids, named, walk
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -107,18 +108,6 @@ def arguments(tmp_path, **overrides) -> TrainingArguments:
 
 
 # -- reading the tree back ---------------------------------------------------------------------
-def walk(node):
-    yield node
-    for child in node["children"]:
-        yield from walk(child)
-
-
-def named(node, name):
-    return [n for n in walk(node) if n["name"] == name]
-
-
-def kids(node, name):
-    return [c for c in node["children"] if c["name"] == name]
 
 
 def summaries(node):
