@@ -7,7 +7,7 @@ import os
 import platform
 import time
 
-from . import hot_path, process_costs, reference, snapshots, torch_steps
+from . import hot_path, keras_fit, process_costs, reference, snapshots, torch_steps
 from .table import print_table
 
 
@@ -35,6 +35,10 @@ def main() -> None:
         rows += snapshots.run(quick=args.quick)  # training-thread hold at an epoch boundary
     except ImportError:
         print("(torch is not installed: torch rows skipped)")
+    try:
+        rows += keras_fit.run(quick=args.quick)
+    except ImportError:
+        print("(keras is not installed: Keras rows skipped)")
     rows += process_costs.run(quick=args.quick)
     minutes, seconds = divmod(round(time.monotonic() - started), 60)
     print(f"took {minutes} min {seconds} s, load average {os.getloadavg()[0]:.2f} at the end")

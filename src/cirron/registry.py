@@ -47,9 +47,12 @@ FRAMEWORKS: dict[str, Framework] = {
         ),
         Framework(
             "tensorflow",
-            ("tensorflow", "keras"),
+            # Keras itself, not tensorflow: `tf.keras` imports it, and tensorflow is imported
+            # halfway through `import keras`, when there is nothing to patch yet.
+            ("keras", "tf_keras"),
             "cirron.instrumentors.keras:KerasInstrumentor",
             priority=2,
+            snapshot_adapter="cirron.instrumentors.keras_snapshot:ADAPTER",
         ),
         Framework(
             "transformers",
@@ -87,10 +90,14 @@ def load_object(path: str) -> Any:
 
 
 def snapshot_adapters() -> list[Any]:
-    """The snapshot adapters of the frameworks the program has imported (none imports one)."""
+    """The snapshot adapters of the frameworks the program has imported (none imports one).
+
+    Highest priority first: a Keras model on the torch backend is also a
+    ``torch.nn.Module``, and Keras names its variables better.
+    """
     return [
         load_object(framework.snapshot_adapter)
-        for framework in FRAMEWORKS.values()
+        for framework in sorted(FRAMEWORKS.values(), key=lambda f: -f.priority)
         if framework.snapshot_adapter is not None and in_use(framework.name)
     ]
 

@@ -29,7 +29,6 @@ from opentelemetry.trace import Status, StatusCode
 from . import files, recorder
 from .config import Settings
 from .health import Health
-from .snapshot_records import event_attributes
 
 _IDLE_SECONDS = 1.0
 # kind of tensor -> (file name, span attribute holding its path)
@@ -56,8 +55,8 @@ class Job:
         try:
             paths = self._write_files() if self.directory is not None else {}
             records = self.capture.records()
-            for name, kind, dtype, shape, summary in records:
-                span.add_event(name, event_attributes(kind, dtype, shape, summary), self.taken_ns)
+            for record in records:
+                span.add_event(record.name, record.attributes(), self.taken_ns)
             span.set_attribute("snapshot.tensors", len(records))
             for attribute, path in paths.items():
                 span.set_attribute(attribute, path)

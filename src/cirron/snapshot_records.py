@@ -14,11 +14,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 HISTOGRAM_BINS = 16
 SUMMARY_FIELDS = ("count", "nan_count", "inf_count", "mean", "m2", "min", "max")
 SUMMARY_LENGTH = len(SUMMARY_FIELDS) + HISTOGRAM_BINS
+
+
+class TensorRecord(NamedTuple):
+    """One tensor of a snapshot, as an adapter describes it: becomes one span event."""
+
+    name: str  # unique within the snapshot (parameter name, Keras variable path)
+    kind: str  # "weight" or "gradient"
+    dtype: str
+    shape: tuple[int, ...]
+    summary: Sequence[float]  # SUMMARY_LENGTH numbers, see the module docstring
+    trainable: bool | None = None  # a weight the optimizer updates (None: not told)
+
+    def attributes(self) -> dict[str, Any]:
+        found = event_attributes(self.kind, self.dtype, self.shape, self.summary)
+        if self.trainable is not None:
+            found["trainable"] = self.trainable
+        return found
 
 
 def empty_summary(nan_count: int = 0, inf_count: int = 0) -> list[float]:

@@ -40,12 +40,12 @@ import copy
 import os
 import random
 import time
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from opentelemetry import trace as trace_api
 
 from . import boundaries, recorder, registry, snapshot_jobs, snapshot_pacing, spans
+from .snapshot_records import TensorRecord
 from .spans import ScopeSpan
 
 
@@ -60,8 +60,8 @@ class Capture(Protocol):
         Called before :meth:`records`, which may then reuse the copies.
         """
 
-    def records(self) -> list[tuple[str, str, str, tuple[int, ...], Sequence[float]]]:
-        """Per tensor: (name, kind, dtype, shape, summary); see :mod:`cirron.snapshot_records`."""
+    def records(self) -> list[TensorRecord]:
+        """One record per tensor, names unique; see :mod:`cirron.snapshot_records`."""
 
     def release(self) -> None:
         """Give the copies back (always called, last)."""

@@ -32,6 +32,13 @@ work is done (:func:`complete_step`) it also ends when evaluation begins
 the program has left the loop that repeats the steps (checked when a mark or
 scope is made, see :mod:`cirron.loop_frames`).
 
+**Holding the levels.** A framework whose own call is running (Keras's
+``fit``; on the torch backend, every Keras layer call) holds the levels
+(:func:`hold`/:func:`release`): lower owners open nothing meanwhile, so the
+torch hooks never take a Keras layer's forward for a step of their own. A
+framework that begins a run of its own first ends what lower owners left open
+(:func:`take_over`), before it opens any span around its moments.
+
 **Epoch boundaries.** Right before an epoch ends, or earlier when its owner
 says the model is final (:func:`epoch_boundary`), the features registered in
 :mod:`cirron.boundaries` (snapshots) run, once per epoch.
@@ -59,6 +66,9 @@ __all__ = [
     "end_epoch",
     "end_step",
     "epoch_boundary",
+    "hold",
+    "release",
+    "take_over",
     "epoch_of",
     "owner",
     "reopen_step",
@@ -98,6 +108,37 @@ def step_of(who: Owner) -> Moment | None:
     return step if step is not None and step.owner is who else None
 
 
+def _yields(current: TrainingState, who: Owner) -> bool:
+    """A higher owner holds the levels (see :func:`hold`)."""
+    holders = current.holders
+    return bool(holders) and holders[-1].priority > who.priority
+
+
+# -- holding the levels -------------------------------------------------------------------------
+def hold(who: Owner) -> None:
+    """``who``'s own work runs: lower owners open no epoch or step until :func:`release`."""
+    (recorder.current or recorder.active()).training.holders.append(who)
+
+
+def release(who: Owner) -> None:
+    """``who``'s work that :func:`hold` announced is over."""
+    holders = (recorder.current or recorder.active()).training.holders
+    for position in range(len(holders) - 1, -1, -1):
+        if holders[position] is who:
+            del holders[position]
+            return
+
+
+def take_over(who: Owner) -> None:
+    """``who`` begins a run of its own: the epoch and step of lower owners end now."""
+    current = (recorder.current or recorder.active()).training
+    with current.lock:
+        if current.step is not None and current.step.owner.priority < who.priority:
+            _end_step(current)
+        if current.epoch is not None and current.epoch.owner.priority < who.priority:
+            _end_epoch(current)
+
+
 # -- epochs ------------------------------------------------------------------------------------
 def begin_epoch(
     who: Owner, index: int | None = None, start_ns: int | None = None, *, fallback: bool = False
@@ -109,7 +150,7 @@ def begin_epoch(
         step, epoch = current.step, current.epoch
         if step is not None and step.owner.priority > who.priority:
             return False  # never an epoch inside a higher owner's step (a ci.batches batch)
-        if epoch is not None and epoch.owner.priority > who.priority:
+        if epoch is not None and epoch.owner.priority > who.priority or _yields(current, who):
             return False
         _end_epoch(current)  # ours, or a lower owner's: it is over (with its step)
         _end_step(current)  # a step opened with no epoch around it
@@ -128,12 +169,15 @@ def begin_epoch(
         return True
 
 
-def end_epoch(who: Owner) -> None:
-    """``who``'s epoch ends (with the step inside it); nothing when another owner has it."""
+def end_epoch(who: Owner, error: BaseException | None = None) -> None:
+    """``who``'s epoch ends (with the step inside it); nothing when another owner has it.
+
+    ``error``: what stopped the training; recorded on both (status ERROR).
+    """
     current = (recorder.current or recorder.active()).training
     with current.lock:
         if current.epoch is not None and current.epoch.owner is who:
-            _end_epoch(current)
+            _end_epoch(current, error)
 
 
 def epoch_boundary(who: Owner) -> None:
@@ -146,11 +190,11 @@ def epoch_boundary(who: Owner) -> None:
             boundaries.epoch_ending(epoch.opened[0])
 
 
-def _end_epoch(current: TrainingState) -> None:
+def _end_epoch(current: TrainingState, error: BaseException | None = None) -> None:
     epoch = current.epoch
     if epoch is None:
         return
-    _end_step(current)
+    _end_step(current, error)
     if not epoch.boundary_done:  # before the span ends: snapshots are its children
         epoch.boundary_done = True
         boundaries.epoch_ending(epoch.opened[0])
@@ -159,7 +203,7 @@ def _end_epoch(current: TrainingState) -> None:
         training_state.completed[0] = training_state.completed[1] = None
     if epoch.encloses:
         _release(current, epoch.parent)
-    close_span(epoch.opened)
+    close_span(epoch.opened, error)
 
 
 # -- steps -------------------------------------------------------------------------------------
@@ -169,9 +213,13 @@ def begin_step(
     start_ns: int | None = None,
     *,
     fallback_epoch: bool = False,
+    name: str = "step",
 ) -> bool:
     """``who``'s step begins (its previous one ends); False when it yields to a higher owner.
 
+    ``name``: ``"batch"`` for a framework whose steps are batches counted per
+    epoch (Keras): ``index`` is then the batch's, and the run's step count
+    still goes up by one.
     ``fallback_epoch``: with no epoch open, ``who`` opens one around its steps,
     and a new one every ``epoch_steps`` steps (the setting) while it owns them.
     """
@@ -183,6 +231,8 @@ def begin_step(
             return False
         if epoch is not None and epoch.owner.framework and epoch.owner.priority > who.priority:
             return False  # a framework's epoch holds its steps
+        if _yields(current, who):
+            return False
         _end_step(current)
         if not rec.enabled:
             return False
@@ -192,10 +242,10 @@ def begin_step(
                 epoch = current.epoch
         if index is None:
             index = current.next_step
-        current.next_step = index + 1
+        current.next_step = index + 1 if name == "step" else current.next_step + 1
         parent = current_span()
         step = current.step = Moment(
-            who, open_on(rec, "step", {"index": index}, start_ns), index, parent
+            who, open_on(rec, name, {"index": index}, start_ns), index, parent
         )
         if epoch is not None:
             epoch.steps += 1
@@ -231,12 +281,12 @@ def reopen_step(who: Owner) -> None:
             training_state.completed[0] = training_state.completed[1] = None
 
 
-def end_step(who: Owner) -> None:
-    """``who``'s step ends; nothing when another owner has it."""
+def end_step(who: Owner, error: BaseException | None = None) -> None:
+    """``who``'s step ends; nothing when another owner has it (``error``: as for epochs)."""
     current = (recorder.current or recorder.active()).training
     with current.lock:
         if current.step is not None and current.step.owner is who:
-            _end_step(current)
+            _end_step(current, error)
 
 
 def end_completed_step(who: Owner) -> None:
@@ -256,7 +306,7 @@ def end_completed_step(who: Owner) -> None:
                     _end_fallback_epoch(current, step.owner)
 
 
-def _end_step(current: TrainingState) -> None:
+def _end_step(current: TrainingState, error: BaseException | None = None) -> None:
     step = current.step
     if step is None:
         return
@@ -272,7 +322,7 @@ def _end_step(current: TrainingState) -> None:
         completed[0], completed[1] = epoch.opened[0], step.loop
     if step.encloses:
         _release(current, step.parent)
-    close_span(step.opened)
+    close_span(step.opened, error)
 
 
 def _end_fallback_epoch(current: TrainingState, who: Owner) -> None:

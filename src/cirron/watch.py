@@ -3,7 +3,7 @@
 Models are held by weak reference on the current recorder, each under its own
 name (class name, or the name given; ``Generator``, ``Generator_1``, ...).
 A model is any object a framework's snapshot adapter claims (a
-``torch.nn.Module`` today); the adapter unwraps what wraps the real
+``torch.nn.Module``, a Keras model); the adapter unwraps what wraps the real
 parameters (``DistributedDataParallel``, ``DataParallel``, ``torch.compile``).
 Framework hooks that find the model themselves (a Trainer's) register it here
 too, with :func:`register`.
@@ -22,10 +22,13 @@ def watch(model: Any, name: str | None = None) -> None:
 
     Call once per model after ``ci.profile()``; several models (a GAN's two)
     are fine. ``model`` must be a ``torch.nn.Module`` (DDP, DataParallel and
-    ``torch.compile`` wrappers included).
+    ``torch.compile`` wrappers included) or a Keras model or layer.
     """
     if snapshots.adapter_for(model) is None:
-        raise TypeError(f"ci.watch() needs a torch.nn.Module, got {type(model).__name__}")
+        raise TypeError(
+            "ci.watch() needs a torch.nn.Module or a Keras model for model, "
+            f"got {type(model).__name__}"
+        )
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"name must be a non-empty str, got {name!r}")
     register(model, name)

@@ -15,27 +15,46 @@ from __future__ import annotations
 
 import abc
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .. import recorder
+from ..scopes import mark_on
+
+
+def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
+    """One mark on ``span`` per value a framework logged, its own value (``kind``: point/summary).
+
+    A value that is not a number or a string (an array, a dict) is left out.
+    """
+    if span is None:
+        return
+    for name, value in logged.items():
+        try:
+            mark_on(span, str(name), value, kind)
+        except (TypeError, ValueError):
+            continue
 
 
 class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """The shared life cycle; a subclass names its framework and fills in :meth:`install`."""
 
-    module = ""  # the framework's top-level module: importing it attaches the hooks
+    # The framework's top-level modules: importing one attaches its hooks (install(module)),
+    # each on its own (Keras 3 as `keras`, Keras 2 as `tf_keras`).
+    modules: tuple[str, ...] = ()
     requirement = ""  # what instrumentation_dependencies() says, e.g. "torch >= 2.1"
     # BaseInstrumentor is a singleton whose __init__ runs on every call of the class, so
     # this state lives on each subclass (see __init_subclass__), not on the instance.
     _patches: list[tuple[Any, str, Any]]
+    _installed: set[str]  # the modules install() has patched
     _waiting_for_import: bool
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._patches = []
+        cls._installed = set()
         cls._waiting_for_import = False
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -43,8 +62,8 @@ class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     # -- what a subclass fills in ------------------------------------------------------------
     @abc.abstractmethod
-    def install(self) -> None:
-        """Patch the framework (with :meth:`patch`); it is imported by now."""
+    def install(self, module: str) -> None:
+        """Patch what ``module`` (one of :attr:`modules`, imported by now) holds, with :meth:`patch`."""
 
     def remove(self) -> None:
         """Undo what :meth:`install` did besides patches (hooks, caches); end its moments."""
@@ -54,24 +73,27 @@ class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         provider = kwargs.get("tracer_provider")
         if provider is not None and recorder.current is None:
             recorder.bind_provider(provider)
-        if self.module in sys.modules:
-            self._attach()
-        else:  # attach the moment the script imports it, never import it ourselves
+        waiting = [module for module in self.modules if module not in sys.modules]
+        if waiting:  # attach the moment the script imports it, never import it ourselves
             import wrapt
 
             type(self)._waiting_for_import = True
-            wrapt.register_post_import_hook(self._attach_on_import, self.module)
+            for module in waiting:
+                wrapt.register_post_import_hook(self._attach_on_import, module)
+        for module in self.modules:
+            if module in sys.modules:
+                self._attach(module)
 
-    def _attach_on_import(self, _module: Any) -> None:
+    def _attach_on_import(self, module: Any) -> None:
         if type(self)._waiting_for_import:  # not uninstrumented meanwhile
-            type(self)._waiting_for_import = False
-            self._attach()
+            self._attach(module.__name__)
 
-    def _attach(self) -> None:
-        if self._patches:
+    def _attach(self, module: str) -> None:
+        if module in self._installed:
             return
+        self._installed.add(module)
         try:
-            self.install()
+            self.install(module)
         except BaseException:
             self._uninstrument()  # all or nothing: never leave a framework half patched
             raise
@@ -88,3 +110,4 @@ class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         for owner, attribute, original in reversed(self._patches):
             setattr(owner, attribute, original)
         self._patches.clear()
+        self._installed.clear()

@@ -405,11 +405,11 @@ def _end_torch_moments() -> None:
 class TorchInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for PyTorch training loops (see the module docstring)."""
 
-    module = "torch"
+    modules = ("torch",)
     requirement = "torch >= 2.1"
     _handles: list[Any] = []  # the optimizer hooks
 
-    def install(self) -> None:
+    def install(self, module: str) -> None:
         global _loop
         _loop = TorchLoop()
         torch = _torch()

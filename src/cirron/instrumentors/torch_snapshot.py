@@ -28,10 +28,9 @@ import math
 import sys
 import threading
 import weakref
-from collections.abc import Sequence
 from typing import Any
 
-from ..snapshot_records import HISTOGRAM_BINS, empty_summary
+from ..snapshot_records import HISTOGRAM_BINS, TensorRecord, empty_summary
 from .torch import unwrap
 
 _KEEP_FREE = 2  # staging buffers kept per model and dtype
@@ -161,13 +160,13 @@ def _staging_of(model: Any) -> _Staging:
 
 
 # -- the capture ---------------------------------------------------------------------------
-def _tensors(model: Any) -> list[tuple[str, str, Any]]:
-    """(parameter name, weight/gradient, tensor) in ``named_parameters()`` order."""
+def _tensors(model: Any) -> list[tuple[str, str, Any, bool]]:
+    """(parameter name, weight/gradient, tensor, trainable) in ``named_parameters()`` order."""
     found = []
     for name, parameter in model.named_parameters():
-        found.append((name, "weight", parameter.detach()))
+        found.append((name, "weight", parameter.detach(), parameter.requires_grad))
         if parameter.grad is not None:
-            found.append((name, "gradient", parameter.grad.detach()))
+            found.append((name, "gradient", parameter.grad.detach(), True))
     return found
 
 
@@ -237,7 +236,14 @@ class TorchCapture:
         tensors = _tensors(model)
         self.tensor_count = len(tensors)
         self._meta = [
-            (name, kind, dtype_name(t.dtype), tuple(t.shape)) for name, kind, t in tensors
+            (
+                name,
+                kind,
+                dtype_name(t.dtype),
+                tuple(t.shape),
+                trainable if kind == "weight" else None,
+            )
+            for name, kind, t, trainable in tensors
         ]
         # per tensor: ("host", copy) | ("device", (host summaries, row)) | ("none", None)
         self._sources: list[tuple[str, Any]] = []
@@ -246,7 +252,7 @@ class TorchCapture:
         self._staging = _staging_of(model)
         self._events: list[Any] = []
         with torch.no_grad():
-            local = [_local(t) for _, _, t in tensors]
+            local = [_local(t) for _, _, t, _ in tensors]
             self._copy_host(local)
             self._launch_device(local, raw)
 
@@ -314,10 +320,10 @@ class TorchCapture:
         save_file(tensors, path, metadata=metadata)
         return True
 
-    def records(self) -> list[tuple[str, str, str, tuple[int, ...], Sequence[float]]]:
+    def records(self) -> list[TensorRecord]:
         self._wait()
-        records: list[tuple[str, str, str, tuple[int, ...], Sequence[float]]] = []
-        for (name, kind, dtype, shape), (where, source) in zip(
+        records: list[TensorRecord] = []
+        for (name, kind, dtype, shape, trainable), (where, source) in zip(
             self._meta, self._sources, strict=True
         ):
             if where == "host":
@@ -327,7 +333,7 @@ class TorchCapture:
                 summary = summaries[row].tolist()
             else:  # meta: no values to describe
                 summary = empty_summary()
-            records.append((name, kind, dtype, shape, summary))
+            records.append(TensorRecord(name, kind, dtype, shape, summary, trainable))
         return records
 
     def release(self) -> None:

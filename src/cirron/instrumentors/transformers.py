@@ -46,9 +46,9 @@ from typing import Any
 
 from .. import recorder, training
 from ..guard import guarded
-from ..scopes import close_span, mark_on, open_span
+from ..scopes import close_span, open_span
 from ..watch import register as watch_model
-from . import FrameworkInstrumentor
+from . import FrameworkInstrumentor, marks_from
 
 _SITE = "transformers hook"
 HF = training.owner("transformers")
@@ -144,32 +144,21 @@ def _epoch_end(run: TrainerRun) -> None:
 def _log(run: TrainerRun, logs: dict[str, Any]) -> None:
     if "train_runtime" in logs:  # the final metrics of train()
         training.end_epoch(HF)
-        _marks(run.train[0] if run.train else None, logs, "summary")
+        marks_from(run.train[0] if run.train else None, logs, "summary")
         return
     if run.evaluations:  # metrics of the evaluation running now
-        _marks(run.evaluations[-1][0][0], logs, "summary")
+        marks_from(run.evaluations[-1][0][0], logs, "summary")
         epoch = training.epoch_of(HF)
         if run.epoch_ending and epoch is not None:
-            _marks(epoch.opened[0], logs, "summary")
+            marks_from(epoch.opened[0], logs, "summary")
         return
     epoch, step = training.epoch_of(HF), training.step_of(HF)
     if run.epoch_ending and epoch is not None:
-        _marks(epoch.opened[0], logs, "summary")
+        marks_from(epoch.opened[0], logs, "summary")
     elif step is not None:
-        _marks(step.opened[0], logs, "point")
+        marks_from(step.opened[0], logs, "point")
     elif epoch is not None:
-        _marks(epoch.opened[0], logs, "point")
-
-
-def _marks(span: Any, logs: dict[str, Any], kind: str) -> None:
-    """One mark per logged value, HF's own value; what is not a scalar is left out."""
-    if span is None:
-        return
-    for name, value in logs.items():
-        try:
-            mark_on(span, str(name), value, kind)
-        except (TypeError, ValueError):
-            continue  # a logged value that is not a number or a string
+        marks_from(epoch.opened[0], logs, "point")
 
 
 @guarded(_SITE)
@@ -181,7 +170,7 @@ def _prediction_step(run: TrainerRun) -> None:
 @guarded(_SITE)
 def _predict_metrics(run: TrainerRun, metrics: dict[str, Any]) -> None:
     if run.evaluations:
-        _marks(run.evaluations[-1][0][0], metrics, "summary")
+        marks_from(run.evaluations[-1][0][0], metrics, "summary")
 
 
 def _make_callback_class() -> Any:
@@ -377,10 +366,10 @@ def _make_train(original: Any) -> Any:
 class TransformersInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for the HuggingFace ``Trainer`` (see the module docstring)."""
 
-    module = "transformers"
+    modules = ("transformers",)
     requirement = "transformers >= 4.40"
 
-    def install(self) -> None:
+    def install(self, module: str) -> None:
         from transformers import Trainer
 
         self.patch(Trainer, "__init__", _make_init(Trainer.__dict__["__init__"]))

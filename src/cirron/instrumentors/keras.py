@@ -1,0 +1,372 @@
+"""Keras instrumentation: a ``keras.callbacks.Callback`` that reports training moments.
+
+Installed by ``ci.profile()`` once the script imports keras (or reaches
+``tf.keras``), or on its own with plain OpenTelemetry::
+
+    from cirron.instrumentors.keras import KerasInstrumentor
+    KerasInstrumentor().instrument(tracer_provider=provider)
+
+Keras 3 on any backend (TensorFlow, PyTorch, JAX) as ``keras`` or
+``tf.keras``, and Keras 2 as ``tf_keras`` (``TF_USE_LEGACY_KERAS=1``).
+``Model.fit``, ``evaluate`` and ``predict`` get one cirron callback appended
+to the user's (theirs are kept, in their order; a ``CallbackList`` gets it
+added once). What becomes a span:
+
+- ``train``: one ``fit()``, with ``epochs`` and ``steps`` (batches per epoch)
+  when Keras knows them.
+- ``epoch`` (Keras's epoch number, so ``initial_epoch`` counts) and
+  ``batch`` (training batches only, numbered from 0 in each epoch), owned by
+  Keras: the torch hooks of the torch backend yield both and keep their
+  ``forward``/``backward`` inside the batch. Each batch's logged values are
+  point marks on it; the epoch's logs (``loss``, every metric, every
+  ``val_*``, what ``History`` records) are summary marks on the epoch.
+- ``validate`` (validation inside ``fit``, a child of its epoch, with the
+  epoch's ``index``), ``evaluate`` (``evaluate()`` on its own) and
+  ``predict``, each with ``batches``; an evaluation's metrics are summary
+  marks on it.
+- The model is watched for snapshots with no ``ci.watch``: one per epoch,
+  at its end, each variable under its path (see
+  :mod:`cirron.instrumentors.keras_snapshot`).
+
+A call that raises ends what it opened with the error recorded, and the
+error reaches the user unchanged. Every callback runs behind the core guard:
+a failure inside cirron is counted in ``ci.health()`` and training goes on.
+``uninstrument()`` restores every patched method; callbacks already handed
+to Keras go quiet. This module imports Keras only when it instruments.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+from .. import recorder, training
+from ..guard import guarded
+from ..scopes import close_span, current_span, open_span
+from ..watch import register as watch_model
+from . import FrameworkInstrumentor, marks_from
+
+_SITE = "keras hook"
+KERAS = training.owner("tensorflow")
+_active = [False]  # the instrumentor is on: callbacks handed out earlier go quiet
+_fitting: list[KerasRun] = []  # runs inside fit() now: an evaluation there is validation
+
+
+class KerasRun:
+    """What one cirron callback knows of the fit/evaluate/predict it is in."""
+
+    __slots__ = ("train", "passes")
+
+    def __init__(self) -> None:
+        self.train: Any = None  # the open `train` span (what close_span needs)
+        self.passes: list[list[Any]] = []  # open validate/evaluate/predict: [opened, batches]
+
+
+# -- the callback's moments -------------------------------------------------------------------
+@guarded(_SITE)
+def _open_train(run: KerasRun) -> None:
+    """``fit()`` begins (its set-up, the model's build, then the epochs): the ``train`` span."""
+    if run.train is None:
+        training.take_over(KERAS)  # a torch loop's moments left open end before `train` opens
+        run.train = open_span("train", {})
+        _fitting.append(run)
+
+
+@guarded(_SITE)
+def _train_begin(run: KerasRun, params: Any, model: Any) -> None:
+    if run.train is None:  # a fit() that cirron did not patch, with our callback in it
+        _open_train(run)
+    if run.train is not None:
+        for name in ("epochs", "steps"):
+            value = (params or {}).get(name)
+            if isinstance(value, int):
+                run.train[0].set_attribute(name, value)
+    if model is not None:
+        watch_model(model)
+
+
+@guarded(_SITE)
+def _train_end(run: KerasRun, error: BaseException | None = None) -> None:
+    while run.passes:
+        _end_pass(run, None, error)
+    training.end_epoch(KERAS, error)
+    if run in _fitting:
+        _fitting.remove(run)
+    train, run.train = run.train, None
+    if train is not None:
+        close_span(train, error)
+
+
+@guarded(_SITE)
+def _epoch_begin(epoch: int) -> None:
+    training.begin_epoch(KERAS, index=int(epoch))
+
+
+@guarded(_SITE)
+def _epoch_end(run: KerasRun, logs: Any) -> None:
+    epoch = training.state().epoch  # Keras's, or the ci.epochs epoch that fit() runs in
+    if logs:
+        target = epoch.opened[0] if epoch is not None else run.train[0] if run.train else None
+        marks_from(target, logs, "summary")
+    training.end_epoch(KERAS)
+
+
+@guarded(_SITE)
+def _batch_begin(batch: int) -> None:
+    training.begin_step(KERAS, index=int(batch), name="batch")
+
+
+@guarded(_SITE)
+def _batch_end(logs: Any) -> None:
+    step = training.step_of(KERAS)
+    if logs:
+        marks_from(step.opened[0] if step is not None else current_span(), logs, "point")
+    training.end_step(KERAS)
+
+
+@guarded(_SITE)
+def _pass_begin(run: KerasRun, name: str) -> None:
+    attributes = {}
+    if name == "evaluate" and _fitting:  # inside fit(): a validation pass of the epoch
+        name = "validate"
+        epoch = training.state().epoch
+        if epoch is not None:
+            attributes["index"] = epoch.index
+    elif not _fitting:
+        training.take_over(KERAS)
+    opened = open_span(name, attributes)
+    if opened is not None:
+        run.passes.append([opened, 0])
+
+
+@guarded(_SITE)
+def _pass_batch(run: KerasRun) -> None:
+    if run.passes:
+        run.passes[-1][1] += 1
+
+
+def _end_pass(run: KerasRun, logs: Any, error: BaseException | None = None) -> None:
+    opened, batches = run.passes.pop()
+    opened[0].set_attribute("batches", batches)
+    if logs:
+        marks_from(opened[0], logs, "summary")
+    close_span(opened, error)
+
+
+_pass_end = guarded(_SITE)(_end_pass)
+
+
+def _make_callback_class(base: Any) -> Any:
+    class CirronCallback(base):  # type: ignore[misc, valid-type]
+        """cirron's callback: reports Keras's moments (see the module docstring)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.run = KerasRun()
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            if _active[0]:
+                _train_begin(self.run, self.params, self.model)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            if _active[0]:
+                _train_end(self.run)
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            if _active[0]:
+                _epoch_begin(epoch)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if _active[0]:
+                _epoch_end(self.run, logs)
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if _active[0]:
+                _batch_begin(batch)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if _active[0]:
+                _batch_end(logs)
+
+        def on_test_begin(self, logs: Any = None) -> None:
+            if _active[0]:
+                _pass_begin(self.run, "evaluate")
+
+        def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+            if _active[0]:
+                _pass_batch(self.run)
+
+        def on_test_end(self, logs: Any = None) -> None:
+            if _active[0] and self.run.passes:
+                _pass_end(self.run, logs)
+
+        def on_predict_begin(self, logs: Any = None) -> None:
+            if _active[0]:
+                _pass_begin(self.run, "predict")
+
+        def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
+            if _active[0]:
+                _pass_batch(self.run)
+
+        def on_predict_end(self, logs: Any = None) -> None:
+            if _active[0] and self.run.passes:
+                _pass_end(self.run, None)
+
+    CirronCallback.__qualname__ = CirronCallback.__name__
+    return CirronCallback
+
+
+class Flavor:
+    """One Keras as the script imported it (``keras`` or ``tf_keras``): what the patches need."""
+
+    def __init__(self, module: Any) -> None:
+        callbacks = module.callbacks
+        self.callback_list = callbacks.CallbackList
+        self.callback_class = _make_callback_class(callbacks.Callback)
+
+    def ours(self, callbacks: Any) -> Any:
+        """cirron's callback among ``callbacks`` (a list), or None."""
+        for callback in callbacks:
+            if isinstance(callback, self.callback_class):
+                return callback
+        return None
+
+    def with_ours(self, callbacks: Any) -> tuple[Any, KerasRun]:
+        """``callbacks`` as the user gave them, plus cirron's (once); and its run.
+
+        A user's list is never changed (a new one is passed on); a
+        ``CallbackList`` gets ours added, with its model and parameters, and
+        its batch-end calls kept on the training thread (ours opens spans there).
+        """
+        if isinstance(callbacks, self.callback_list):
+            callback = self.ours(callbacks.callbacks)
+            if callback is None:
+                callback = self.callback_class()
+                callbacks.callbacks.append(callback)
+                if getattr(callbacks, "model", None) is not None:
+                    callback.set_model(callbacks.model)
+                if getattr(callbacks, "params", None):
+                    callback.set_params(callbacks.params)
+                for dispatch in ("_async_train", "_async_test", "_async_predict"):
+                    if getattr(callbacks, dispatch, False):
+                        setattr(callbacks, dispatch, False)
+            return callbacks, callback.run
+        if callbacks is None:
+            given = []
+        elif isinstance(callbacks, (list, tuple)):
+            given = list(callbacks)
+        else:  # one callback on its own, as Keras also takes it
+            given = [callbacks]
+        callback = self.ours(given)
+        if callback is None:
+            callback = self.callback_class()
+            given.append(callback)
+        return given, callback.run
+
+
+@guarded(_SITE)
+def _inject(
+    flavor: Flavor, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any], KerasRun]:
+    """The call's arguments with cirron's callback among its ``callbacks``."""
+    if len(args) > position:
+        callbacks, run = flavor.with_ours(args[position])
+        args = args[:position] + (callbacks,) + args[position + 1 :]
+    else:
+        kwargs = dict(kwargs)
+        kwargs["callbacks"], run = flavor.with_ours(kwargs.get("callbacks"))
+    return args, kwargs, run
+
+
+@guarded(_SITE)
+def _abort(run: KerasRun, error: BaseException, fit: bool) -> None:
+    """The call raised: what it opened ends, with ``error`` recorded."""
+    if fit:
+        training.end_step(KERAS, error)
+        _train_end(run, error)
+    else:
+        while run.passes:
+            _end_pass(run, None, error)
+
+
+def _entry(flavor: Flavor, name: str, original: Any) -> Any:
+    """A patched ``fit``/``evaluate``/``predict``: the call with cirron's callback in it."""
+    position = list(inspect.signature(original).parameters).index("callbacks") - 1  # self
+    fit = name == "fit"
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        injected = _inject(flavor, position, args, kwargs) if _active[0] else None
+        if injected is None:
+            return original(self, *args, **kwargs)
+        args, kwargs, run = injected
+        _hold()
+        if fit:
+            _open_train(run)
+        try:
+            return original(self, *args, **kwargs)
+        except BaseException as error:
+            _abort(run, error, fit)
+            raise
+        finally:
+            _release()
+            if fit and run.train is not None:  # no on_train_end (a callback list ran none)
+                _train_end(run)
+
+    method.__wrapped__ = original  # type: ignore[attr-defined]
+    method.__name__ = original.__name__
+    method.__qualname__ = original.__qualname__
+    method.__doc__ = original.__doc__
+    return method
+
+
+_hold = guarded(_SITE)(lambda: training.hold(KERAS))
+_release = guarded(_SITE)(lambda: training.release(KERAS))
+
+
+def _layer_call(original: Any) -> Any:
+    """``Layer.__call__`` on the torch backend: the torch hooks take no step from it.
+
+    Keras layers are torch modules there; their forwards are still spans, but
+    a layer called outside ``fit`` (a model being built, shapes being traced)
+    is Keras's work, not a step of a torch loop.
+    """
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _active[0] or recorder.current is None:
+            return original(self, *args, **kwargs)
+        _hold()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _release()
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __call__
+
+
+class KerasInstrumentor(FrameworkInstrumentor):
+    """OpenTelemetry instrumentor for Keras (see the module docstring)."""
+
+    modules = ("keras", "tf_keras")
+    requirement = "keras >= 2.15"
+
+    def install(self, module: str) -> None:
+        keras = sys.modules[module]
+        flavor = Flavor(keras)
+        for name in ("fit", "evaluate", "predict"):
+            # Keras 3 defines them on its backend's trainer class, a base of Model
+            owner = next(klass for klass in keras.Model.__mro__ if name in klass.__dict__)
+            self.patch(owner, name, _entry(flavor, name, owner.__dict__[name]))
+        backend = getattr(getattr(keras, "backend", None), "backend", None)
+        if callable(backend) and backend() == "torch":
+            owner = next(klass for klass in keras.Layer.__mro__ if "__call__" in klass.__dict__)
+            self.patch(owner, "__call__", _layer_call(owner.__dict__["__call__"]))
+        _active[0] = True
+
+    def remove(self) -> None:
+        _active[0] = False
+        if recorder.current is not None:
+            for run in list(_fitting):
+                _train_end(run)
+        _fitting.clear()
