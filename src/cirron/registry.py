@@ -55,6 +55,12 @@ FRAMEWORKS: dict[str, Framework] = {
             snapshot_adapter="cirron.instrumentors.keras_snapshot:ADAPTER",
         ),
         Framework(
+            "trainloop",
+            ("trainloop",),
+            "cirron.instrumentors.trainloop:TrainloopInstrumentor",
+            priority=3,
+        ),
+        Framework(
             "transformers",
             ("transformers",),
             "cirron.instrumentors.transformers:TransformersInstrumentor",

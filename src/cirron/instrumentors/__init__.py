@@ -24,6 +24,18 @@ from .. import recorder
 from ..scopes import mark_on
 
 
+def flatten(records: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested records as one level, keys joined with ``/`` (``{"loss": {"total": x}}`` → ``loss/total``)."""
+    flat: dict[str, Any] = {}
+    for key, value in records.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}/"))
+        else:
+            flat[name] = value
+    return flat
+
+
 def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
     """One mark on ``span`` per value a framework logged, its own value (``kind``: point/summary).
 

@@ -21,6 +21,10 @@ import time
 path = sys.argv[1]
 args = sys.argv[2:]
 stop = False
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started from a background job (`cmd &` in a script), which ignores Ctrl-C and makes
+    # Python skip its KeyboardInterrupt handler: behave as when started from a terminal.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if "--no-cirron" in args:
 
