@@ -7,7 +7,7 @@ imports it, and never if it doesn't. Instrumentors are loaded by import path
 from ``cirron.instrumentors``; the core knows no framework's API.
 
 Each framework's ``priority`` ranks it as an owner of ``epoch`` and ``step``
-(transformers > tensorflow/keras > torch): :mod:`cirron.training` lets the
+(transformers, lightning, trainloop > tensorflow/keras > torch): :mod:`cirron.training` lets the
 highest owner at work have them, and the others keep only their lower-level
 spans. A framework is this one entry (its instrumentor, its snapshot adapter)
 plus its module under ``cirron.instrumentors``; nothing else lists frameworks.
@@ -53,6 +53,12 @@ FRAMEWORKS: dict[str, Framework] = {
             "cirron.instrumentors.keras:KerasInstrumentor",
             priority=2,
             snapshot_adapter="cirron.instrumentors.keras_snapshot:ADAPTER",
+        ),
+        Framework(
+            "lightning",
+            ("lightning", "pytorch_lightning"),
+            "cirron.instrumentors.lightning:LightningInstrumentor",
+            priority=3,
         ),
         Framework(
             "trainloop",

@@ -13,7 +13,7 @@ moments here::
 
 **Who owns the levels.** Owners rank as the user's own loops (``ci.epochs``,
 ``ci.batches``) above every framework, then by the registry's priority
-(transformers > tensorflow/keras > torch). A lower owner yields: its
+(transformers, lightning, trainloop > tensorflow/keras > torch). A lower owner yields: its
 ``begin_*`` opens nothing while a higher owner's epoch (or step) is open, and
 a framework's epoch also holds the steps inside it (the torch hooks open no
 steps inside an HF or Keras epoch, but do inside a ``ci.epochs`` epoch, which

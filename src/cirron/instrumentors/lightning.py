@@ -1,0 +1,371 @@
+"""PyTorch Lightning instrumentation: a ``Callback`` that reports a ``Trainer``'s moments.
+
+Installed by ``ci.profile()`` once the script imports ``lightning`` or
+``pytorch_lightning`` (2.x), or on its own with plain OpenTelemetry
+(``LightningInstrumentor().instrument(tracer_provider=...)``). Every
+``Trainer`` gets one cirron callback appended to its callbacks when it is
+built. What becomes a span:
+
+- ``train``: one ``trainer.fit()``, set-up included.
+- ``epoch`` (Lightning's ``current_epoch``) and ``step`` (one per optimizer
+  step, indexed by ``trainer.global_step``: its batches under
+  ``accumulate_grad_batches`` are inside it), owned by Lightning: the torch
+  hooks yield them and keep their ``forward``/``backward``/``optimizer_step``
+  inside the step. An epoch stays open after ``on_train_epoch_end`` until
+  Lightning has logged its epoch-level values (it logs them after that hook).
+- ``validate``: the validation loop during ``fit``, inside its epoch (never
+  inside a step), with the epoch's ``index`` and ``batches``; the sanity
+  check before training is one too, with ``sanity_check`` true, before the
+  first epoch. ``trainer.validate()``, ``test()`` and ``predict()`` are
+  ``evaluate``, ``test`` and ``predict`` spans with ``batches``.
+- ``checkpoint``: a ``trainer.save_checkpoint`` (``ModelCheckpoint`` saves
+  through it), with its ``path``.
+- ``self.log(...)`` values, as Lightning hands them to its loggers (every
+  ``log_every_n_steps`` steps, and at epoch ends): step-level values are
+  point marks on the step they were logged in; epoch-level values summary
+  marks on the epoch; an evaluation's values summary marks on its span (and,
+  for validation during ``fit``, on the epoch too). The values are read when
+  Lightning logs them, so nothing is read from the GPU more often than
+  Lightning does.
+- The ``LightningModule`` is watched for snapshots with no ``ci.watch``: one
+  per epoch, at ``on_train_epoch_end``, gradients of the last step included.
+
+An exception in a run (``on_exception``) ends its spans with the error
+recorded. Every callback runs behind the guard. ``uninstrument()`` restores
+every patched method; callbacks already added to trainers go quiet.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from .. import training
+from ..guard import guarded
+from ..scopes import close_span, open_span
+from ..watch import register as watch_model
+from . import FrameworkInstrumentor, marks_from
+
+_SITE = "lightning hook"
+LIGHTNING = training.owner("lightning")
+_active = [False]  # the instrumentor is on: callbacks of trainers built earlier go quiet
+_callbacks: dict[str, Any] = {}  # module ("lightning", "pytorch_lightning") -> callback class
+
+
+class LightningRun:
+    """What one trainer's callback knows of the run it is in."""
+
+    __slots__ = ("train", "passes", "epoch_ending", "step_began_at")
+
+    def __init__(self) -> None:
+        self.train: Any = None  # the open `train` span of trainer.fit()
+        self.passes: list[list[Any]] = []  # open validate/evaluate/test/predict: [opened, batches]
+        self.epoch_ending = False  # on_train_epoch_end was called: logs now describe the epoch
+        self.step_began_at = -1  # trainer.global_step when the open step began
+
+
+# -- fit, epochs and steps ----------------------------------------------------------------------
+@guarded(_SITE)
+def _open_train(run: LightningRun) -> None:
+    if run.train is None:
+        training.take_over(LIGHTNING)
+        run.train = open_span("train", {})
+
+
+@guarded(_SITE)
+def _fit_start(run: LightningRun, trainer: Any, module: Any) -> None:
+    if run.train is None:
+        _open_train(run)
+    if run.train is not None:
+        run.train[0].set_attribute("max_epochs", int(trainer.max_epochs or -1))
+        run.train[0].set_attribute("accumulate_grad_batches", int(trainer.accumulate_grad_batches))
+    if module is not None:
+        watch_model(module)
+
+
+@guarded(_SITE)
+def _close_train(run: LightningRun, error: BaseException | None = None) -> None:
+    while run.passes:
+        _end_pass(run, error)
+    training.end_epoch(LIGHTNING, error)
+    training.end_step(LIGHTNING, error)
+    train, run.train = run.train, None
+    if train is not None:
+        close_span(train, error)
+
+
+@guarded(_SITE)
+def _epoch_start(run: LightningRun, trainer: Any) -> None:
+    run.epoch_ending = False
+    training.begin_epoch(LIGHTNING, index=int(trainer.current_epoch))
+
+
+@guarded(_SITE)
+def _epoch_end(run: LightningRun) -> None:
+    run.epoch_ending = True
+    training.end_step(LIGHTNING)
+    training.epoch_boundary(LIGHTNING)  # the model is final for the epoch: snapshots now
+
+
+@guarded(_SITE)
+def _batch_start(run: LightningRun, trainer: Any) -> None:
+    step = training.step_of(LIGHTNING)
+    if step is None or step.complete:  # else: a batch accumulating into the open step
+        run.step_began_at = int(trainer.global_step)
+        training.begin_step(LIGHTNING, index=run.step_began_at)
+
+
+@guarded(_SITE)
+def _batch_end(run: LightningRun, trainer: Any) -> None:
+    if int(trainer.global_step) > run.step_began_at:  # the optimizer stepped: its work is done
+        training.complete_step(LIGHTNING)
+
+
+# -- evaluation passes --------------------------------------------------------------------------
+@guarded(_SITE)
+def _pass_start(run: LightningRun, trainer: Any, name: str) -> None:
+    attributes: dict[str, Any] = {}
+    if run.train is not None and name == "evaluate":  # validation during fit
+        name = "validate"
+        if trainer.sanity_checking:
+            attributes["sanity_check"] = True
+        else:
+            training.end_completed_step(LIGHTNING)  # never inside a step
+            epoch = training.epoch_of(LIGHTNING)
+            if epoch is not None:
+                attributes["index"] = epoch.index
+    elif run.train is None:
+        training.take_over(LIGHTNING)
+    opened = open_span(name, attributes)
+    if opened is not None:
+        run.passes.append([opened, 0])
+
+
+@guarded(_SITE)
+def _pass_batch(run: LightningRun) -> None:
+    if run.passes:
+        run.passes[-1][1] += 1
+
+
+def _end_pass(run: LightningRun, error: BaseException | None = None) -> None:
+    opened, batches = run.passes.pop()
+    opened[0].set_attribute("batches", batches)
+    close_span(opened, error)
+
+
+_pass_end = guarded(_SITE)(_end_pass)
+
+
+# -- what Lightning logs ----------------------------------------------------------------------
+@guarded(_SITE)
+def _logged(trainer: Any, metrics: Any) -> None:
+    run = _run_of(trainer)
+    if run is None or not metrics:
+        return
+    if run.passes:  # an evaluation's epoch-end values
+        marks_from(run.passes[-1][0][0], metrics, "summary")
+        opened = run.passes[-1][0][0]
+        epoch = training.epoch_of(LIGHTNING)
+        if epoch is not None and opened.name == "validate" and not trainer.sanity_checking:
+            marks_from(epoch.opened[0], metrics, "summary")
+        return
+    epoch, step = training.epoch_of(LIGHTNING), training.step_of(LIGHTNING)
+    if run.epoch_ending and epoch is not None:
+        marks_from(epoch.opened[0], metrics, "summary")
+    elif step is not None:
+        marks_from(step.opened[0], metrics, "point")
+    elif epoch is not None:
+        marks_from(epoch.opened[0], metrics, "point")
+
+
+def _make_callback_class(base: Any) -> Any:
+    class CirronCallback(base):  # type: ignore[misc, valid-type]
+        """cirron's callback: reports the Trainer's moments (see the module docstring)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.run = LightningRun()
+
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            if _active[0]:
+                _fit_start(self.run, trainer, pl_module)
+
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            if _active[0]:
+                _epoch_start(self.run, trainer)
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+            if _active[0]:
+                _batch_start(self.run, trainer)
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+            if _active[0]:
+                _batch_end(self.run, trainer)
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            if _active[0]:
+                _epoch_end(self.run)
+
+        def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+            if _active[0]:
+                _pass_start(self.run, trainer, "evaluate")
+
+        def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+            if _active[0]:
+                _pass_start(self.run, trainer, "test")
+
+        def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+            if _active[0]:
+                _pass_start(self.run, trainer, "predict")
+
+        def on_validation_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
+            if _active[0]:
+                _pass_batch(self.run)
+
+        on_test_batch_end = on_validation_batch_end
+        on_predict_batch_end = on_validation_batch_end
+
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            if _active[0] and self.run.passes:
+                _pass_end(self.run)
+
+        on_test_end = on_validation_end
+        on_predict_end = on_validation_end
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            if _active[0]:
+                _close_train(self.run, exception)
+
+    return CirronCallback
+
+
+def _run_of(trainer: Any, add: bool = False) -> LightningRun | None:
+    """The run of ``trainer``'s cirron callback (``add``: give it one if it has none)."""
+    callbacks = getattr(trainer, "callbacks", None)
+    if not isinstance(callbacks, list):
+        return None
+    classes = tuple(_callbacks.values())
+    for callback in callbacks:
+        if isinstance(callback, classes):
+            return callback.run  # type: ignore[no-any-return]
+    if not add:
+        return None
+    module = type(trainer).__module__.split(".")[0]
+    cls = _callbacks.get(module) or next(iter(_callbacks.values()))
+    callback = cls()
+    callbacks.append(callback)
+    return callback.run  # type: ignore[no-any-return]
+
+
+# -- patched Trainer methods ----------------------------------------------------------------------
+def _make_init(original: Any) -> Any:
+    add = guarded(_SITE)(_run_of)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if _active[0]:
+            add(self, True)
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __init__
+
+
+def _make_fit(original: Any) -> Any:
+    add = guarded(_SITE)(_run_of)
+
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run = add(self, True) if _active[0] else None  # a trainer built before the instrumentor
+        if run is None:
+            return original(self, *args, **kwargs)
+        _open_train(run)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as error:
+            _close_train(run, error)
+            raise
+        _close_train(run)
+        return result
+
+    fit.__wrapped__ = original  # type: ignore[attr-defined]
+    fit.__doc__ = original.__doc__
+    return fit
+
+
+def _make_entry(original: Any) -> Any:
+    """``validate``/``test``/``predict``: give a trainer built earlier its callback first."""
+    add = guarded(_SITE)(_run_of)
+
+    def entry(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _active[0]:
+            add(self, True)
+        return original(self, *args, **kwargs)
+
+    entry.__wrapped__ = original  # type: ignore[attr-defined]
+    entry.__name__ = original.__name__
+    entry.__doc__ = original.__doc__
+    return entry
+
+
+def _make_save_checkpoint(original: Any) -> Any:
+    opens = guarded(_SITE)(open_span)
+    close = guarded(_SITE)(close_span)
+
+    def save_checkpoint(self: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
+        opened = None
+        if _active[0]:
+            opened = opens("checkpoint", {"path": os.path.abspath(os.fspath(filepath))})
+        if opened is None:
+            return original(self, filepath, *args, **kwargs)
+        try:
+            result = original(self, filepath, *args, **kwargs)
+        except BaseException as error:
+            close(opened, error)
+            raise
+        close(opened)
+        return result
+
+    save_checkpoint.__wrapped__ = original  # type: ignore[attr-defined]
+    save_checkpoint.__doc__ = original.__doc__
+    return save_checkpoint
+
+
+def _make_log_metrics(original: Any) -> Any:
+    def log_metrics(self: Any, metrics: Any, *args: Any, **kwargs: Any) -> Any:
+        if _active[0]:
+            _logged(self.trainer, metrics)
+        return original(self, metrics, *args, **kwargs)
+
+    log_metrics.__wrapped__ = original  # type: ignore[attr-defined]
+    return log_metrics
+
+
+class LightningInstrumentor(FrameworkInstrumentor):
+    """OpenTelemetry instrumentor for PyTorch Lightning 2.x (see the module docstring)."""
+
+    modules = ("lightning", "pytorch_lightning")
+    requirement = "lightning >= 2.0"
+
+    def install(self, module: str) -> None:
+        package = sys.modules[module]
+        pl = package.pytorch if module == "lightning" else package
+        from importlib import import_module
+
+        connectors = import_module(f"{pl.__name__}.trainer.connectors.logger_connector")
+        trainer = pl.Trainer
+        if module not in _callbacks:  # one class per module, kept: callbacks outlive a cycle
+            _callbacks[module] = _make_callback_class(pl.Callback)
+        self.patch(trainer, "__init__", _make_init(trainer.__dict__["__init__"]))
+        self.patch(trainer, "fit", _make_fit(trainer.__dict__["fit"]))
+        for name in ("validate", "test", "predict"):
+            self.patch(trainer, name, _make_entry(trainer.__dict__[name]))
+        original = trainer.__dict__["save_checkpoint"]
+        self.patch(trainer, "save_checkpoint", _make_save_checkpoint(original))
+        # What Lightning hands its loggers: the one place that knows a value's level.
+        logger_connector = connectors._LoggerConnector
+        original = logger_connector.__dict__["log_metrics"]
+        self.patch(logger_connector, "log_metrics", _make_log_metrics(original))
+        _active[0] = True
+
+    def remove(self) -> None:
+        _active[0] = False
