@@ -81,7 +81,11 @@ def test_otel_sdk_disabled_is_the_same_as_enabled_false(monkeypatch):
         ({"output": "disk"}, ValueError, "output.*'disk'"),
         ({"output": ["spool", "kafka"]}, ValueError, "output.*'kafka'"),
         ({"output": 3}, TypeError, "output"),
-        ({"frameworks": ["pytorch"]}, ValueError, "torch, tensorflow, lightning, trainloop, transformers"),
+        (
+            {"frameworks": ["pytorch"]},
+            ValueError,
+            "torch, tensorflow, lightning, trainloop, transformers",
+        ),
         ({"snapshots": "everything"}, ValueError, "snapshots"),
         ({"sample_rate": 1.5}, ValueError, "sample_rate"),
         ({"flush_interval": 0}, ValueError, "flush_interval"),

@@ -338,6 +338,29 @@ def test_a_hook_that_raises_does_not_stop_training(tmp_path, monkeypatch, caplog
     assert len(warnings) == 1 and "deliberately broken hook" in warnings[0]
 
 
+def test_an_error_in_train_reaches_the_user_and_ends_the_spans_with_it(tmp_path):
+    class Explodes(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                raise ValueError("user's callback failed")
+
+    ci.profile(output="none")
+    trainer = Trainer(
+        model=bert(),
+        args=arguments(tmp_path, eval_strategy="no"),
+        train_dataset=Tokens(16, 1, classes=3),
+        callbacks=[Explodes()],
+    )
+    with pytest.raises(ValueError, match="user's callback failed"):
+        trainer.train()
+    (train,) = ci.trace(format="dict", name="train")
+    (epoch,) = kids(train, "epoch")
+    failed = kids(epoch, "step")[-1]
+    assert failed["index"] == 2
+    for node in (train, epoch, failed):
+        assert node["end_ns"] is not None and node["status"] == "ERROR"
+
+
 def test_uninstrument_restores_the_trainer_exactly(tmp_path):
     before = {name: Trainer.__dict__[name] for name in vars(Trainer)}
     ci.profile(output="none")

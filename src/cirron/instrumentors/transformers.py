@@ -31,6 +31,8 @@ built before the instrumentor). What becomes a span:
   taken at the epoch's last optimizer step, before the Trainer clears the
   gradients, so it has weights and gradients.
 
+A ``train()`` that raises ends its step, epoch and ``train`` span with the
+error recorded; the error reaches the user unchanged.
 Every callback runs behind the core guard: a failure inside cirron is counted
 in ``ci.health()`` and training goes on. ``uninstrument()`` restores every
 patched ``Trainer`` method; callbacks already added to trainers go quiet.
@@ -351,13 +353,34 @@ def _make_init(original: Any) -> Any:
     return __init__
 
 
+@guarded(_SITE)
+def _train_failed(trainer: Any, error: BaseException) -> None:
+    """``train()`` raised: what it opened ends with the error recorded."""
+    run = _run_of(trainer)
+    if run is None:
+        return
+    while run.evaluations:
+        opened, _ = run.evaluations.pop()
+        close_span(opened, error)
+    training.end_epoch(HF, error)
+    training.end_step(HF, error)
+    train, run.train = run.train, None
+    if train is not None:
+        close_span(train, error)
+
+
 def _make_train(original: Any) -> Any:
     add = guarded(_SITE)(_run_of)
 
     def train(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _active[0]:
-            add(self, True)  # a trainer built before the instrumentor
-        return original(self, *args, **kwargs)
+        if not _active[0]:
+            return original(self, *args, **kwargs)
+        add(self, True)  # a trainer built before the instrumentor
+        try:
+            return original(self, *args, **kwargs)
+        except BaseException as error:
+            _train_failed(self, error)
+            raise
 
     train.__wrapped__ = original  # type: ignore[attr-defined]
     return train
