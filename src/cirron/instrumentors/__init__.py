@@ -14,14 +14,48 @@ nothing; ``uninstrument()`` puts every patched attribute back exactly.
 from __future__ import annotations
 
 import abc
+import functools
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from .. import recorder
+from ..guard import guarded
 from ..scopes import mark_on
+
+
+def around(
+    site: str,
+    original: Any,
+    begin: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any],
+    end: Callable[[Any, BaseException | None], None] | None = None,
+) -> Any:
+    """``original`` (a framework's method) with cirron's moments around each call.
+
+    ``begin(self, args, kwargs)`` runs before the call and returns a token
+    (None: nothing to end); ``end(token, error)`` runs after it, with the
+    exception the call raised (None when it returned), before that exception
+    reaches the caller unchanged. Both run behind the guard of ``site``; the
+    call itself never does.
+    """
+    begin = guarded(site)(begin)
+    finish = guarded(site)(end) if end is not None else None
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = begin(self, args, kwargs)
+        if token is None or finish is None:
+            return original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as error:
+            finish(token, error)
+            raise
+        finish(token, None)
+        return result
+
+    return functools.update_wrapper(method, original)
 
 
 def flatten(records: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
@@ -57,6 +91,7 @@ class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     # each on its own (Keras 3 as `keras`, Keras 2 as `tf_keras`).
     modules: tuple[str, ...] = ()
     requirement = ""  # what instrumentation_dependencies() says, e.g. "torch >= 2.1"
+    site = ""  # how ci.health() names its hooks' failures, e.g. "torch hook"
     # BaseInstrumentor is a singleton whose __init__ runs on every call of the class, so
     # this state lives on each subclass (see __init_subclass__), not on the instance.
     _patches: list[tuple[Any, str, Any]]
@@ -109,6 +144,10 @@ class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         except BaseException:
             self._uninstrument()  # all or nothing: never leave a framework half patched
             raise
+
+    def wrap(self, owner: Any, attribute: str, begin: Any, end: Any = None) -> None:
+        """Patch ``owner.attribute`` with :func:`around` it (guarded as :attr:`site`)."""
+        self.patch(owner, attribute, around(self.site, owner.__dict__[attribute], begin, end))
 
     def patch(self, owner: Any, attribute: str, replacement: Any) -> None:
         """Replace ``owner.attribute`` (its own, not inherited) until uninstrument()."""

@@ -259,91 +259,49 @@ def _run_of(trainer: Any, add: bool = False) -> LightningRun | None:
 
 
 # -- patched Trainer methods ----------------------------------------------------------------------
-def _make_init(original: Any) -> Any:
-    add = guarded(_SITE)(_run_of)
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if _active[0]:
-            add(self, True)
-
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    return __init__
+def _built(trainer: Any, args: Any, kwargs: Any) -> Any:
+    """``Trainer.__init__``: once it has run, the trainer gets its callback."""
+    return trainer if _active[0] else None
 
 
-def _make_fit(original: Any) -> Any:
-    add = guarded(_SITE)(_run_of)
+def _add_callback(trainer: Any, error: BaseException | None) -> None:
+    if error is None:
+        _run_of(trainer, add=True)
 
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run = add(self, True) if _active[0] else None  # a trainer built before the instrumentor
-        if run is None:
-            return original(self, *args, **kwargs)
+
+def _fit_begins(trainer: Any, args: Any, kwargs: Any) -> LightningRun | None:
+    """``fit()``: a trainer built before the instrumentor gets its callback; ``train`` opens."""
+    run = _run_of(trainer, add=True) if _active[0] else None
+    if run is not None:
         _open_train(run)
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as error:
-            _close_train(run, error)
-            raise
-        _close_train(run)
-        return result
-
-    fit.__wrapped__ = original  # type: ignore[attr-defined]
-    fit.__doc__ = original.__doc__
-    return fit
+    return run
 
 
-def _make_entry(original: Any) -> Any:
-    """``validate``/``test``/``predict``: give a trainer built earlier its callback first."""
-    add = guarded(_SITE)(_run_of)
-
-    def entry(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _active[0]:
-            add(self, True)
-        return original(self, *args, **kwargs)
-
-    entry.__wrapped__ = original  # type: ignore[attr-defined]
-    entry.__name__ = original.__name__
-    entry.__doc__ = original.__doc__
-    return entry
+def _entry(trainer: Any, args: Any, kwargs: Any) -> None:
+    """``validate``/``test``/``predict``: a trainer built earlier gets its callback first."""
+    if _active[0]:
+        _run_of(trainer, add=True)
 
 
-def _make_save_checkpoint(original: Any) -> Any:
-    opens = guarded(_SITE)(open_span)
-    close = guarded(_SITE)(close_span)
-
-    def save_checkpoint(self: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
-        opened = None
-        if _active[0]:
-            opened = opens("checkpoint", {"path": os.path.abspath(os.fspath(filepath))})
-        if opened is None:
-            return original(self, filepath, *args, **kwargs)
-        try:
-            result = original(self, filepath, *args, **kwargs)
-        except BaseException as error:
-            close(opened, error)
-            raise
-        close(opened)
-        return result
-
-    save_checkpoint.__wrapped__ = original  # type: ignore[attr-defined]
-    save_checkpoint.__doc__ = original.__doc__
-    return save_checkpoint
+def _checkpoint_begins(trainer: Any, args: Any, kwargs: Any) -> Any:
+    filepath = args[0] if args else kwargs.get("filepath")
+    if not _active[0] or filepath is None:
+        return None
+    return open_span("checkpoint", {"path": os.path.abspath(os.fspath(filepath))})
 
 
-def _make_log_metrics(original: Any) -> Any:
-    def log_metrics(self: Any, metrics: Any, *args: Any, **kwargs: Any) -> Any:
-        if _active[0]:
-            _logged(self.trainer, metrics)
-        return original(self, metrics, *args, **kwargs)
-
-    log_metrics.__wrapped__ = original  # type: ignore[attr-defined]
-    return log_metrics
+def _logs(connector: Any, args: Any, kwargs: Any) -> None:
+    """``_LoggerConnector.log_metrics``: what Lightning hands its loggers."""
+    metrics = args[0] if args else kwargs.get("metrics")
+    if _active[0]:
+        _logged(connector.trainer, metrics)
 
 
 class LightningInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for PyTorch Lightning 2.x (see the module docstring)."""
 
     modules = ("lightning", "pytorch_lightning")
+    site = _SITE
     requirement = "lightning >= 2.0"
 
     def install(self, module: str) -> None:
@@ -352,19 +310,16 @@ class LightningInstrumentor(FrameworkInstrumentor):
         from importlib import import_module
 
         connectors = import_module(f"{pl.__name__}.trainer.connectors.logger_connector")
-        trainer = pl.Trainer
         if module not in _callbacks:  # one class per module, kept: callbacks outlive a cycle
             _callbacks[module] = _make_callback_class(pl.Callback)
-        self.patch(trainer, "__init__", _make_init(trainer.__dict__["__init__"]))
-        self.patch(trainer, "fit", _make_fit(trainer.__dict__["fit"]))
+
+        self.wrap(pl.Trainer, "__init__", _built, _add_callback)
+        self.wrap(pl.Trainer, "fit", _fit_begins, _close_train)
         for name in ("validate", "test", "predict"):
-            self.patch(trainer, name, _make_entry(trainer.__dict__[name]))
-        original = trainer.__dict__["save_checkpoint"]
-        self.patch(trainer, "save_checkpoint", _make_save_checkpoint(original))
+            self.wrap(pl.Trainer, name, _entry)
+        self.wrap(pl.Trainer, "save_checkpoint", _checkpoint_begins, close_span)
         # What Lightning hands its loggers: the one place that knows a value's level.
-        logger_connector = connectors._LoggerConnector
-        original = logger_connector.__dict__["log_metrics"]
-        self.patch(logger_connector, "log_metrics", _make_log_metrics(original))
+        self.wrap(connectors._LoggerConnector, "log_metrics", _logs)
         _active[0] = True
 
     def remove(self) -> None:

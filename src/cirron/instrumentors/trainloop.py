@@ -166,97 +166,53 @@ def _add_hook(trainer: Any) -> None:
 
 
 # -- train(), and checkpoint saves: spans around trainloop methods ------------------------------
-@guarded(_SITE)
-def _open_train(trainer: Any) -> Any:
+def _train_begins(trainer: Any, args: Any, kwargs: Any) -> list[Any] | None:
+    if not _active[0]:
+        return None
     training.take_over(TRAINLOOP)
-    return open_span(
-        "train",
-        {
-            "max_steps": int(trainer.max_steps),
-            "gradient_accumulation_steps": int(trainer.gradient_accumulation_steps),
-        },
-    )
+    attributes = {
+        "max_steps": int(trainer.max_steps),
+        "gradient_accumulation_steps": int(trainer.gradient_accumulation_steps),
+    }
+    return [open_span("train", attributes)]  # a list: something to end even when not recording
 
 
-@guarded(_SITE)
-def _close_train(opened: Any, error: BaseException | None) -> None:
+def _train_ends(token: list[Any], error: BaseException | None) -> None:
     training.end_epoch(TRAINLOOP, error)  # with the step inside it
     training.end_step(TRAINLOOP, error)  # a step opened inside an epoch of a higher owner
-    if opened is not None:
-        close_span(opened, error)
+    if token[0] is not None:
+        close_span(token[0], error)
 
 
-def _make_train(original: Any) -> Any:
-    def train(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _active[0]:
-            return original(self, *args, **kwargs)
-        opened = _open_train(self)
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as error:
-            _close_train(opened, error)
-            raise
-        _close_train(opened, None)
-        return result
-
-    train.__wrapped__ = original  # type: ignore[attr-defined]
-    train.__doc__ = original.__doc__
-    return train
+def _before_train_begins(trainer: Any, args: Any, kwargs: Any) -> None:
+    if _active[0]:
+        _add_hook(trainer)  # the hooks are built by now; ours runs after the user's
 
 
-def _make_before_train(original: Any) -> Any:
-    def _before_train(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _active[0]:
-            _add_hook(self)  # the hooks are built by now; ours runs after the user's
-        return original(self, *args, **kwargs)
-
-    _before_train.__wrapped__ = original  # type: ignore[attr-defined]
-    return _before_train
-
-
-@guarded(_SITE)
-def _open_checkpoint(hook: Any, trainer: Any) -> Any:
+def _checkpoint_begins(hook: Any, args: Any, kwargs: Any) -> Any:
+    trainer = args[0] if args else kwargs.get("trainer")
+    if not _active[0] or trainer is None:
+        return None
     path = hook.path / str(trainer.step)
     if not path.is_absolute() and trainer.workspace is not None:
         path = trainer.workspace / path
     return open_span("checkpoint", {"path": os.path.abspath(path)})
 
 
-def _make_save_checkpoint(original: Any) -> Any:
-    close = guarded(_SITE)(close_span)
-
-    def _save_checkpoint(self: Any, trainer: Any, *args: Any, **kwargs: Any) -> Any:
-        opened = _open_checkpoint(self, trainer) if _active[0] else None
-        if opened is None:
-            return original(self, trainer, *args, **kwargs)
-        try:
-            result = original(self, trainer, *args, **kwargs)
-        except BaseException as error:
-            close(opened, error)
-            raise
-        close(opened)
-        return result
-
-    _save_checkpoint.__wrapped__ = original  # type: ignore[attr-defined]
-    return _save_checkpoint
-
-
 class TrainloopInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for trainloop's ``BaseTrainer`` (see the module docstring)."""
 
     modules = ("trainloop",)
+    site = _SITE
     requirement = "trainloop >= 0.11"
 
     def install(self, module: str) -> None:
         from trainloop import BaseTrainer, CheckpointingHook
 
-        self.patch(BaseTrainer, "train", _make_train(BaseTrainer.__dict__["train"]))
-        self.patch(
-            BaseTrainer, "_before_train", _make_before_train(BaseTrainer.__dict__["_before_train"])
-        )
+        self.wrap(BaseTrainer, "train", _train_begins, _train_ends)
+        self.wrap(BaseTrainer, "_before_train", _before_train_begins)
         if "_save_checkpoint" in CheckpointingHook.__dict__:
-            original = CheckpointingHook.__dict__["_save_checkpoint"]
-            self.patch(CheckpointingHook, "_save_checkpoint", _make_save_checkpoint(original))
+            self.wrap(CheckpointingHook, "_save_checkpoint", _checkpoint_begins, close_span)
         _active[0] = True
 
     def remove(self) -> None:

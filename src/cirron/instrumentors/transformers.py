@@ -254,58 +254,39 @@ def _run_of(trainer: Any, add: bool = False) -> TrainerRun | None:
 
 
 # -- evaluation, prediction and checkpoints: spans around Trainer methods -----------------------
-@guarded(_SITE)
-def _begin_pass(
-    trainer: Any, name: str, describe: Any, args: Any, kwargs: dict[str, Any]
-) -> TrainerRun | None:
-    run = _run_of(trainer, add=True)
-    if run is None:
-        return None
-    attributes = describe(trainer, args, kwargs)
-    if name == "evaluate" and run.training:
-        name = "validate"  # evaluation during training: inside its epoch
-        epoch = training.epoch_of(HF)
-        if epoch is not None:
-            attributes["index"] = epoch.index
-    if run.training:
-        training.end_completed_step(HF)  # never inside a step
-    opened = open_span(name, attributes)
-    if opened is None:
-        return None
-    run.evaluations.append([opened, 0])
-    return run
+def _begin_pass(name: str, describe: Any) -> Any:
+    """``begin`` for :func:`around`: the call runs inside a ``name`` span.
+
+    ``describe(trainer, args, kwargs)`` gives the span's attributes.
+    """
+
+    def begin(trainer: Any, args: Any, kwargs: dict[str, Any]) -> TrainerRun | None:
+        run = _run_of(trainer, add=True) if _active[0] else None
+        if run is None:
+            return None
+        attributes = describe(trainer, args, kwargs)
+        span_name = name
+        if name == "evaluate" and run.training:
+            span_name = "validate"  # evaluation during training: inside its epoch
+            epoch = training.epoch_of(HF)
+            if epoch is not None:
+                attributes["index"] = epoch.index
+        if run.training:
+            training.end_completed_step(HF)  # never inside a step
+        opened = open_span(span_name, attributes)
+        if opened is None:
+            return None
+        run.evaluations.append([opened, 0])
+        return run
+
+    return begin
 
 
-@guarded(_SITE)
 def _end_pass(run: TrainerRun, error: BaseException | None) -> None:
     opened, batches = run.evaluations.pop()
     if opened[0].name != "checkpoint":
         opened[0].set_attribute("batches", batches)
     close_span(opened, error)
-
-
-def _around(name: str, original: Any, describe: Any) -> Any:
-    """A patched Trainer method: its call inside a ``name`` span (the call itself unguarded).
-
-    ``describe(trainer, args, kwargs)`` gives the span's attributes.
-    """
-
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run = _begin_pass(self, name, describe, args, kwargs) if _active[0] else None
-        if run is None:
-            return original(self, *args, **kwargs)
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as error:
-            _end_pass(run, error)
-            raise
-        _end_pass(run, None)
-        return result
-
-    method.__wrapped__ = original  # type: ignore[attr-defined]
-    method.__name__ = original.__name__
-    method.__doc__ = original.__doc__
-    return method
 
 
 def _pass_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -321,43 +302,34 @@ def _checkpoint_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> d
     return {"path": os.path.abspath(os.path.join(trainer._get_output_dir(trial=trial), folder))}
 
 
-@guarded(_SITE)
-def _fetch_begins(trainer: Any) -> None:
+def _fetch_begins(trainer: Any, args: Any, kwargs: Any) -> None:
     """``get_batch_samples``: the Trainer fetches a step's batches before ``on_step_begin``."""
-    run = _run_of(trainer)
+    run = _run_of(trainer) if _active[0] else None
     if run is not None and run.training:
         step = training.step_of(HF)
         if step is None or step.complete:
             training.begin_step(HF, index=trainer.state.global_step, start_ns=time.time_ns())
 
 
-def _make_get_batch_samples(original: Any) -> Any:
-    def get_batch_samples(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _active[0]:
-            _fetch_begins(self)
-        return original(self, *args, **kwargs)
-
-    get_batch_samples.__wrapped__ = original  # type: ignore[attr-defined]
-    return get_batch_samples
+def _built(trainer: Any, args: Any, kwargs: Any) -> Any:
+    """``Trainer.__init__``: once it has run, the trainer gets its callback."""
+    return trainer if _active[0] else None
 
 
-def _make_init(original: Any) -> Any:
-    add = guarded(_SITE)(_run_of)
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if _active[0]:
-            add(self, True)
-
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    return __init__
+def _add_callback(trainer: Any, error: BaseException | None) -> None:
+    if error is None:
+        _run_of(trainer, add=True)
 
 
-@guarded(_SITE)
-def _train_failed(trainer: Any, error: BaseException) -> None:
+def _train_begins(trainer: Any, args: Any, kwargs: Any) -> Any:
+    """``train()``: a trainer built before the instrumentor gets its callback now."""
+    return trainer if _active[0] and _run_of(trainer, add=True) is not None else None
+
+
+def _train_ends(trainer: Any, error: BaseException | None) -> None:
     """``train()`` raised: what it opened ends with the error recorded."""
     run = _run_of(trainer)
-    if run is None:
+    if error is None or run is None:
         return
     while run.evaluations:
         opened, _ = run.evaluations.pop()
@@ -369,43 +341,28 @@ def _train_failed(trainer: Any, error: BaseException) -> None:
         close_span(train, error)
 
 
-def _make_train(original: Any) -> Any:
-    add = guarded(_SITE)(_run_of)
-
-    def train(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _active[0]:
-            return original(self, *args, **kwargs)
-        add(self, True)  # a trainer built before the instrumentor
-        try:
-            return original(self, *args, **kwargs)
-        except BaseException as error:
-            _train_failed(self, error)
-            raise
-
-    train.__wrapped__ = original  # type: ignore[attr-defined]
-    return train
-
-
 class TransformersInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for the HuggingFace ``Trainer`` (see the module docstring)."""
 
     modules = ("transformers",)
+    site = _SITE
     requirement = "transformers >= 4.40"
 
     def install(self, module: str) -> None:
         from transformers import Trainer
 
-        self.patch(Trainer, "__init__", _make_init(Trainer.__dict__["__init__"]))
-        self.patch(Trainer, "train", _make_train(Trainer.__dict__["train"]))
+        self.wrap(Trainer, "__init__", _built, _add_callback)
+        self.wrap(Trainer, "train", _train_begins, _train_ends)
         for name in ("evaluate", "predict"):
-            self.patch(Trainer, name, _around(name, Trainer.__dict__[name], _pass_attributes))
+            self.wrap(Trainer, name, _begin_pass(name, _pass_attributes), _end_pass)
         if "get_batch_samples" in Trainer.__dict__:  # transformers 4.46 and newer
-            original = Trainer.__dict__["get_batch_samples"]
-            self.patch(Trainer, "get_batch_samples", _make_get_batch_samples(original))
+            self.wrap(Trainer, "get_batch_samples", _fetch_begins)
         if "_save_checkpoint" in Trainer.__dict__:
-            original = Trainer.__dict__["_save_checkpoint"]
-            self.patch(
-                Trainer, "_save_checkpoint", _around("checkpoint", original, _checkpoint_attributes)
+            self.wrap(
+                Trainer,
+                "_save_checkpoint",
+                _begin_pass("checkpoint", _checkpoint_attributes),
+                _end_pass,
             )
         _active[0] = True
 
