@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry.context import create_key
@@ -306,6 +306,20 @@ def mark_on(span: Any, name: str, value: Any, kind: str = "point") -> None:
     rec = recorder.current or recorder.active()
     if rec.enabled:
         _record_mark(rec, span, name, value, kind, {})
+
+
+def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
+    """One mark on ``span`` per value a framework logged, its own value (``kind``: point/summary).
+
+    A value that is not a number or a string (an array, a dict) is left out.
+    """
+    if span is None:
+        return
+    for name, value in logged.items():
+        try:
+            mark_on(span, str(name), value, kind)
+        except (TypeError, ValueError):
+            continue
 
 
 def _mark_value(name: str, value: Any) -> Any:

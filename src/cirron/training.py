@@ -52,7 +52,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import boundaries, loop_frames, recorder, registry, training_state
-from .scopes import close_span, current_span, open_on
+from .scopes import close_span, current_span, marks_from, open_on
 from .training_state import USER, Moment, Owner, TrainingState
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "end_step",
     "epoch_boundary",
     "hold",
+    "logged",
     "release",
     "take_over",
     "epoch_of",
@@ -329,6 +330,27 @@ def _end_fallback_epoch(current: TrainingState, who: Owner) -> None:
     epoch = current.epoch
     if epoch is not None and epoch.fallback and epoch.owner is who:
         _end_epoch(current)
+
+
+# -- what a framework logs ----------------------------------------------------------------------
+def logged(who: Owner, values: Any, epoch_ending: bool) -> None:
+    """Values ``who``'s framework logged during training: where each lands is decided here.
+
+    After the epoch's last step (``epoch_ending``: the framework logs an
+    epoch's values after telling it ended), summary marks on ``who``'s epoch;
+    during the epoch, point marks on ``who``'s open step (the one they were
+    logged in), or on the epoch between steps.
+    """
+    current = (recorder.current or recorder.active()).training
+    epoch, step = current.epoch, current.step
+    epoch = epoch if epoch is not None and epoch.owner is who else None
+    step = step if step is not None and step.owner is who else None
+    if epoch_ending and epoch is not None:
+        marks_from(epoch.opened[0], values, "summary")
+    elif step is not None:
+        marks_from(step.opened[0], values, "point")
+    elif epoch is not None:
+        marks_from(epoch.opened[0], values, "point")
 
 
 # -- the user's batches ---------------------------------------------------------------------

@@ -23,7 +23,6 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from .. import recorder
 from ..guard import guarded
-from ..scopes import mark_on
 
 
 def around(
@@ -68,20 +67,6 @@ def flatten(records: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
-
-
-def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
-    """One mark on ``span`` per value a framework logged, its own value (``kind``: point/summary).
-
-    A value that is not a number or a string (an array, a dict) is left out.
-    """
-    if span is None:
-        return
-    for name, value in logged.items():
-        try:
-            mark_on(span, str(name), value, kind)
-        except (TypeError, ValueError):
-            continue
 
 
 class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]

@@ -43,9 +43,9 @@ from typing import Any
 
 from .. import recorder, training
 from ..guard import guarded
-from ..scopes import close_span, current_span, open_span
+from ..scopes import close_span, current_span, marks_from, open_span
 from ..watch import register as watch_model
-from . import FrameworkInstrumentor, marks_from
+from . import FrameworkInstrumentor
 
 _SITE = "keras hook"
 KERAS = training.owner("tensorflow")

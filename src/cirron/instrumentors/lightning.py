@@ -43,9 +43,9 @@ from typing import Any
 
 from .. import training
 from ..guard import guarded
-from ..scopes import close_span, open_span
+from ..scopes import close_span, marks_from, open_span
 from ..watch import register as watch_model
-from . import FrameworkInstrumentor, marks_from
+from . import FrameworkInstrumentor
 
 _SITE = "lightning hook"
 LIGHTNING = training.owner("lightning")
@@ -170,13 +170,7 @@ def _logged(trainer: Any, metrics: Any) -> None:
         if epoch is not None and opened.name == "validate" and not trainer.sanity_checking:
             marks_from(epoch.opened[0], metrics, "summary")
         return
-    epoch, step = training.epoch_of(LIGHTNING), training.step_of(LIGHTNING)
-    if run.epoch_ending and epoch is not None:
-        marks_from(epoch.opened[0], metrics, "summary")
-    elif step is not None:
-        marks_from(step.opened[0], metrics, "point")
-    elif epoch is not None:
-        marks_from(epoch.opened[0], metrics, "point")
+    training.logged(LIGHTNING, metrics, run.epoch_ending)
 
 
 def _make_callback_class(base: Any) -> Any:

@@ -42,9 +42,9 @@ from typing import Any
 
 from .. import training
 from ..guard import guarded
-from ..scopes import close_span, current_span, open_span
+from ..scopes import close_span, current_span, marks_from, open_span
 from ..watch import register as watch_model
-from . import FrameworkInstrumentor, flatten, marks_from
+from . import FrameworkInstrumentor, flatten
 
 _SITE = "trainloop hook"
 TRAINLOOP = training.owner("trainloop")

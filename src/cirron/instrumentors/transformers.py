@@ -48,9 +48,9 @@ from typing import Any
 
 from .. import recorder, training
 from ..guard import guarded
-from ..scopes import close_span, open_span
+from ..scopes import close_span, marks_from, open_span
 from ..watch import register as watch_model
-from . import FrameworkInstrumentor, marks_from
+from . import FrameworkInstrumentor
 
 _SITE = "transformers hook"
 HF = training.owner("transformers")
@@ -154,13 +154,7 @@ def _log(run: TrainerRun, logs: dict[str, Any]) -> None:
         if run.epoch_ending and epoch is not None:
             marks_from(epoch.opened[0], logs, "summary")
         return
-    epoch, step = training.epoch_of(HF), training.step_of(HF)
-    if run.epoch_ending and epoch is not None:
-        marks_from(epoch.opened[0], logs, "summary")
-    elif step is not None:
-        marks_from(step.opened[0], logs, "point")
-    elif epoch is not None:
-        marks_from(epoch.opened[0], logs, "point")
+    training.logged(HF, logs, run.epoch_ending)
 
 
 @guarded(_SITE)
