@@ -315,7 +315,18 @@ def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
     """
     if span is None:
         return
+    rec = recorder.current or recorder.active()
+    if not rec.enabled:
+        return
+    # Once per batch in a framework's loop: floats with plain names (what Keras and
+    # Lightning log) go straight onto one of our spans, all stamped with one time.
+    lean = kind == "point" and type(span) is ScopeSpan
+    now = _time_ns() if lean else 0
     for name, value in logged.items():
+        if lean and type(value) is float and type(name) is str and name:
+            if not span.add_mark_event(name, {"value": value}, now):
+                _mark_dropped(rec, span)
+            continue
         try:
             mark_on(span, str(name), value, kind)
         except (TypeError, ValueError):
