@@ -146,7 +146,24 @@ def _from_environment(setting: str) -> Any:
 
 
 def sdk_disabled_by_environment() -> bool:
-    return os.environ.get(env.OTEL_SDK_DISABLED, "").strip().lower() == "true"
+    return os.environ.get(env.SDK_DISABLED, "").strip().lower() == "true"
+
+
+_FALSE = ("false", "0", "no", "off")
+_TRUE = ("true", "1", "yes", "on")
+
+
+def disabled_by_environment() -> bool:
+    """``CIRRON_ENABLED`` says no (a bad value warns and is ignored)."""
+    text = os.environ.get(env.CIRRON_ENABLED, "").strip().lower()
+    if text and text not in _FALSE + _TRUE:
+        _log.warning(
+            "cirron: ignoring %s=%r (not one of %s); using the default",
+            env.CIRRON_ENABLED,
+            text,
+            ", ".join(_TRUE + _FALSE),
+        )
+    return text in _FALSE
 
 
 def resolve(config: Mapping[str, Any] | None, enabled: Any, **arguments: Any) -> Settings:
@@ -174,6 +191,6 @@ def resolve(config: Mapping[str, Any] | None, enabled: Any, **arguments: Any) ->
         if not isinstance(config["enabled"], bool):
             raise TypeError("config['enabled'] must be a bool")
         enabled = config["enabled"]
-    if sdk_disabled_by_environment():
+    if sdk_disabled_by_environment() or disabled_by_environment() and "enabled" not in config:
         enabled = False
     return Settings(enabled=enabled, config=dict(config), **resolved)

@@ -2,23 +2,32 @@
 
 The standard OpenTelemetry variables keep their meaning; the ``CIRRON_*`` ones
 are defaults for the matching :func:`cirron.profile` argument (an explicit
-argument or a ``config=`` key wins over them).
+argument or a ``config=`` key wins over them), and the whole configuration of
+a zero-code run (``opentelemetry-instrument``).
+
+This module is registered under ``opentelemetry_environment_variables``.
+``opentelemetry-instrument`` turns each ``OTEL_*`` name of such a module into
+a command-line option, so the standard names here are kept without that
+prefix (the SDK registers them already; twice would be a conflict).
 """
 
 from __future__ import annotations
 
 # Standard OpenTelemetry variables.
-OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
-OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
-OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
-OTEL_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
-OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
-OTEL_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+SDK_DISABLED = "OTEL_SDK_DISABLED"
+SERVICE_NAME = "OTEL_SERVICE_NAME"
+RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
+EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 TRACEPARENT = "TRACEPARENT"
 TRACESTATE = "TRACESTATE"
 
+PYTHON_DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
+
 # Settings of cirron.profile().
+CIRRON_ENABLED = "CIRRON_ENABLED"  # false / 0 / no: a no-op profiler
 CIRRON_FRAMEWORKS = "CIRRON_FRAMEWORKS"  # comma-separated, e.g. "torch,transformers"
 CIRRON_SNAPSHOTS = "CIRRON_SNAPSHOTS"  # stats | sampled | full
 CIRRON_SAMPLE_RATE = "CIRRON_SAMPLE_RATE"  # 0.0 .. 1.0

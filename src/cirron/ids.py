@@ -15,12 +15,17 @@ unique across spans, runs, processes and forks whatever the program does to
 Python's, NumPy's or torch's generators, and drawing them touches none of
 those. Drawing costs the same as the SDK's (one C call).
 
+The one exception is deliberate: :func:`run_ids` derives the trace id of a
+run from its run id, so that every rank of the run (each its own process)
+records into one trace; the span ids inside stay random.
+
 A provider's own ``id_generator`` (one the user chose, such as AWS X-Ray's)
 is honoured: :func:`private_ids` tells the span paths when to use this one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from typing import Any
@@ -72,3 +77,14 @@ def private_ids(generator: Any) -> bool:
     chose a generator; any other (a subclass included) is the user's choice.
     """
     return type(generator) is RandomIdGenerator or type(generator) is PrivateIdGenerator
+
+
+def run_ids(run_id: str) -> tuple[int, int]:
+    """(trace id, span id) of the run ``run_id``: the same in every process of the run.
+
+    The span id is the run's virtual root: a parent for sessions the SDK has
+    to start (see :func:`cirron.provider.run_root`); no span with it is ever
+    recorded.
+    """
+    digest = hashlib.sha256(f"cirron-run/{run_id}".encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1

@@ -54,6 +54,7 @@ class Profiler:
         self.transport = "otlp" if exporters.endpoint_configured() else "file"
         self._provider: Any = None
         self._closed = False
+        self.zero_code = False  # started by opentelemetry-instrument, not by ci.profile()
 
     @property
     def enabled(self) -> bool:
@@ -73,18 +74,20 @@ class Profiler:
         otlp = self.transport == "otlp" and (
             made_by_us or not provider.exports_otlp_already(span_provider)
         )
+        output = settings.output
+        if not made_by_us:  # the OTel configurator's own exporters (cirron_spool, ...) suffice
+            configured = exporters.sinks_of(spans.exporters_of(span_provider))
+            output = tuple(name for name in output if name not in configured)
         sinks = call_guarded(
             "building exporters",
             exporters.build_sinks,
-            settings.output,
+            output,
             settings.path,
             otlp,
             settings.spool_max_bytes,
         )
         if sinks is None:  # e.g. the gRPC exporter failed to import: keep the local sinks
-            sinks = exporters.build_sinks(
-                settings.output, settings.path, False, settings.spool_max_bytes
-            )
+            sinks = exporters.build_sinks(output, settings.path, False, settings.spool_max_bytes)
         self.workers = _sink_workers(sinks, settings, health)
         processor = RingBufferSpanProcessor(
             store,
@@ -104,6 +107,7 @@ class Profiler:
             processor,
             settings,
             parent=provider.parent_from_environment(),
+            run=provider.run_root(),
         )
         self.recorder.writes_files = True
         previous = recorder.replace(self.recorder)
@@ -114,8 +118,9 @@ class Profiler:
 
     def _install_hooks(self) -> None:
         names = self.settings.frameworks
-        if names is None:
-            names = registry.detect()
+        if names is None:  # detected, less what OTEL_PYTHON_DISABLED_INSTRUMENTATIONS turns off
+            off = registry.disabled_by_environment()
+            names = tuple(name for name in registry.detect() if name not in off)
         for name in names:
             registry.when_imported(name, self._attach)
 
@@ -127,11 +132,14 @@ class Profiler:
         )
         if instrumentor is None:
             return
-        try:
-            instrumentor.instrument(tracer_provider=self._provider)
-        except Exception as error:  # noqa: BLE001 - a broken hook never stops training
-            self.recorder.health.failed(f"instrumenting {name}", error)
-            return
+        # Loaded already by opentelemetry-instrument (its entry point): it records into
+        # this profiler's session all the same; nothing to install twice.
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            try:
+                instrumentor.instrument(tracer_provider=self._provider)
+            except Exception as error:  # noqa: BLE001 - a broken hook never stops training
+                self.recorder.health.failed(f"instrumenting {name}", error)
+                return
         self.instrumentors[name] = instrumentor
         session = self.recorder.session
         if session is not None and session.is_recording():
@@ -371,10 +379,16 @@ def profile(
     with _lock:
         existing = _profiler
         if existing is not None and existing.pid == os.getpid():
-            _log.warning(
-                "cirron: ci.profile() was already called; returning the running "
-                "profiler (arguments of this call are ignored)"
-            )
+            if existing.zero_code:
+                _log.info(
+                    "cirron: profiling since start-up (opentelemetry-instrument); ci.profile() "
+                    "returns that profiler, configured by the CIRRON_* variables"
+                )
+            else:
+                _log.warning(
+                    "cirron: ci.profile() was already called; returning the running "
+                    "profiler (arguments of this call are ignored)"
+                )
             return existing
         if not settings.enabled:
             _profiler = _disabled(settings)

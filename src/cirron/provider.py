@@ -21,7 +21,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import environment as env
 from . import ids, spans
-from .resource import build_resource
+from .resource import build_resource, run_id
 
 _log = logging.getLogger("cirron")
 _made_by_us: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
@@ -85,3 +85,22 @@ def parent_from_environment() -> otel_context.Context | None:
         _log.warning("cirron: ignoring invalid TRACEPARENT=%r", traceparent)
         return None
     return context
+
+
+def run_root() -> otel_context.Context | None:
+    """The run's virtual root, when this process belongs to a run (a run id is set).
+
+    Every process of the run derives the same trace id from the run id
+    (:func:`cirron.ids.run_ids`), so one trace holds every rank. cirron's own
+    sessions are roots of that trace; a session the SDK has to start (a
+    custom sampler or id generator) gets this never-recorded span as its
+    parent, the one way to give the SDK a trace id.
+    """
+    run = run_id()
+    if run is None:
+        return None
+    trace_id, span_id = ids.run_ids(run)
+    root = trace.NonRecordingSpan(
+        trace.SpanContext(trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(1))
+    )
+    return trace.set_span_in_context(root, otel_context.Context())

@@ -88,14 +88,24 @@ def start_session(
     processor: RingBufferSpanProcessor,
     settings: Settings,
     parent: Any = None,
+    run: Any = None,
 ) -> Recorder:
-    """Open ``cirron.session`` (a root span, or a child of ``parent``)."""
+    """Open ``cirron.session``: a child of ``parent`` (``TRACEPARENT``), else a root.
+
+    ``run``: the run's virtual root (:func:`cirron.provider.run_root`): the
+    session is a root of the run's trace.
+    """
     tracer, lean = _tracer(provider, settings.max_events)
     root_context = parent if parent is not None else otel_context.Context()
     if lean is not None:
         remote = trace.get_current_span(root_context)
         remote_context = remote.get_span_context()
-        trace_id = remote_context.trace_id if remote_context.is_valid else lean.new_trace_id()
+        if remote_context.is_valid:
+            trace_id = remote_context.trace_id
+        elif run is not None:  # a root, in the trace every process of the run shares
+            trace_id = trace.get_current_span(run).get_span_context().trace_id
+        else:
+            trace_id = lean.new_trace_id()
         session: Any = ScopeSpan(
             SESSION_SPAN,
             trace_id,
@@ -105,6 +115,8 @@ def start_session(
             root_context,
         )
     else:
+        if parent is None and run is not None:
+            root_context = run
         session = tracer.start_span(SESSION_SPAN, context=root_context, attributes=attributes)
     return Recorder(
         enabled=True,

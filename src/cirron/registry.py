@@ -18,10 +18,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from . import environment as env
 
 _log = logging.getLogger("cirron")
 
@@ -33,6 +36,12 @@ class Framework:
     instrumentor: str  # "module:Class" under cirron.instrumentors
     priority: int  # as an owner of epoch and step: higher wins
     snapshot_adapter: str | None = None  # "module:NAME" of its models' snapshot adapter
+
+    @property
+    def entry_point(self) -> str:
+        """Its name under ``opentelemetry_instrumentor`` (pyproject.toml), as
+        ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` names it."""
+        return _ENTRY_POINTS.get(self.name, f"cirron_{self.name}")
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -74,6 +83,21 @@ FRAMEWORKS: dict[str, Framework] = {
         ),
     )
 }
+
+
+_ENTRY_POINTS = {"tensorflow": "cirron_keras"}
+
+
+def disabled_by_environment() -> set[str]:
+    """The frameworks ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` turns off (``*``: all)."""
+    names = {
+        part.strip()
+        for part in os.environ.get(env.PYTHON_DISABLED_INSTRUMENTATIONS, "").split(",")
+        if part.strip()
+    }
+    if "*" in names:
+        return set(FRAMEWORKS)
+    return {name for name, framework in FRAMEWORKS.items() if framework.entry_point in names}
 
 
 def _installed(module: str) -> bool:

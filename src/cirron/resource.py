@@ -35,7 +35,16 @@ def _int_from_environment(variable: str) -> int | None:
 
 
 def run_id() -> str | None:
-    return os.environ.get(env.CIRRON_RUN_ID) or os.environ.get(env.TORCHELASTIC_RUN_ID) or None
+    """The run this process belongs to: ``CIRRON_RUN_ID``, else torchrun's rendezvous id.
+
+    torchrun sets ``TORCHELASTIC_RUN_ID=none`` when no ``--rdzv-id`` was given:
+    that names no run (every such run would share it).
+    """
+    ours = os.environ.get(env.CIRRON_RUN_ID, "").strip()
+    if ours:
+        return ours
+    elastic = os.environ.get(env.TORCHELASTIC_RUN_ID, "").strip()
+    return elastic if elastic and elastic.lower() != "none" else None
 
 
 def resource_attributes() -> dict[str, Any]:

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from .console import LogExporter, StdoutExporter
 from .otlp import endpoint_configured, otlp_exporter
-from .spool import SpoolExporter, read_spool, spool_files, spool_spans
+from .spool import SpoolExporter, ZeroCodeSpoolExporter, read_spool, spool_files, spool_spans
 from .undelivered import UndeliveredJournal, undelivered_spans
 
 __all__ = [
@@ -18,7 +18,9 @@ __all__ = [
     "SpoolExporter",
     "StdoutExporter",
     "UndeliveredJournal",
+    "ZeroCodeSpoolExporter",
     "build_sinks",
+    "sinks_of",
     "endpoint_configured",
     "otlp_exporter",
     "read_spool",
@@ -26,6 +28,14 @@ __all__ = [
     "spool_spans",
     "undelivered_spans",
 ]
+
+
+_SINK_CLASSES = {"spool": SpoolExporter, "log": LogExporter, "stdout": StdoutExporter}
+
+
+def sinks_of(exporters: list[SpanExporter]) -> set[str]:
+    """The local sinks among ``exporters`` (a provider's, set up by the OTel configurator)."""
+    return {name for name, cls in _SINK_CLASSES.items() for e in exporters if isinstance(e, cls)}
 
 
 def build_sinks(

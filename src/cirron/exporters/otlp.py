@@ -29,15 +29,15 @@ _EXPORTER_LOGGERS = ("opentelemetry.exporter", "urllib3.connectionpool")
 
 def endpoint_configured() -> bool:
     return bool(
-        os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
-        or os.environ.get(env.OTEL_EXPORTER_OTLP_ENDPOINT, "").strip()
+        os.environ.get(env.EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
+        or os.environ.get(env.EXPORTER_OTLP_ENDPOINT, "").strip()
     )
 
 
 def protocol() -> str:
     chosen = (
-        os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, "").strip()
-        or os.environ.get(env.OTEL_EXPORTER_OTLP_PROTOCOL, "").strip()
+        os.environ.get(env.EXPORTER_OTLP_TRACES_PROTOCOL, "").strip()
+        or os.environ.get(env.EXPORTER_OTLP_PROTOCOL, "").strip()
         or "http/protobuf"
     )
     if chosen not in PROTOCOLS:

@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .. import files
+from .. import config, files
 from .otlp_json import encode_request
 
 
@@ -103,3 +103,16 @@ def spool_spans(path: str = ".cirron") -> list[dict[str, Any]]:
                 for span in scope_spans.get("spans", []):
                     spans.append(dict(span, resource=resource))
     return spans
+
+
+class ZeroCodeSpoolExporter(SpoolExporter):
+    """``OTEL_TRACES_EXPORTER=cirron_spool``: the spool, configured from ``CIRRON_*`` variables.
+
+    The OpenTelemetry configurator builds exporters with no arguments: the
+    directory is ``$CIRRON_PATH`` (``./.cirron`` by default) and the cap
+    ``$CIRRON_SPOOL_MAX_BYTES``, read as ``ci.profile()`` reads them.
+    """
+
+    def __init__(self) -> None:
+        settings = config.resolve(None, True)  # the settings know the defaults
+        super().__init__(settings.path, settings.spool_max_bytes)

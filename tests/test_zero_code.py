@@ -1,0 +1,286 @@
+"""Zero-code runs (``opentelemetry-instrument python train.py``) and one trace per run.
+
+Every test runs real subprocesses: scripts that never import cirron, started
+by ``opentelemetry-instrument``, exporting to a real OTLP receiver (rotel) and
+to cirron's spool at once; ranks that share a run id; ``TRACEPARENT``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cirron.exporters import spool_spans
+
+try:
+    from otlp_receiver import OtlpReceiver
+except ImportError:  # pragma: no cover - run from the repository root
+    from tests.otlp_receiver import OtlpReceiver
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+
+TORCH_LOOP = """
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    print("TRAINED")
+"""
+
+PROFILED_LOOP = "import cirron as ci\nci.profile()\n" + textwrap.dedent(TORCH_LOOP)
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CIRRON_", "OTEL_", "TORCHELASTIC_")) and k != "TRACEPARENT"
+    }
+    environment.update(OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none", **extra)
+    return environment
+
+
+def run(directory: Path, code: str, *, instrument: bool, **extra: str) -> str:
+    script = directory / "train.py"
+    script.write_text(textwrap.dedent(code))
+    command = [str(BIN / "python"), str(script)]
+    if instrument:
+        command = [str(BIN / "opentelemetry-instrument"), *command]
+    result = subprocess.run(
+        command,
+        cwd=directory,
+        env=clean_environment(**extra),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "TRAINED" in result.stdout
+    return result.stdout + result.stderr
+
+
+def resource(span: dict, key: str) -> object:
+    """A resource attribute of a spooled span, as its plain value."""
+    for item in span["resource"]:
+        if item["key"] == key:
+            ((kind, value),) = item["value"].items()
+            return int(value) if kind == "intValue" else value
+    return None
+
+
+def tree(spans: list[dict]) -> Counter:
+    """(name, parent's name) of every span: the shape of a run."""
+    names = {s["spanId"]: s["name"] for s in spans}
+    return Counter((s["name"], names.get(s.get("parentSpanId", ""))) for s in spans)
+
+
+@pytest.fixture(scope="module")
+def receiver(tmp_path_factory):
+    rotel = OtlpReceiver(str(tmp_path_factory.mktemp("rotel")))
+    rotel.start()
+    try:
+        yield rotel
+    finally:
+        rotel.stop()
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory) -> list[dict]:
+    """The same loop with ci.profile() in it: the tree zero-code must give."""
+    directory = tmp_path_factory.mktemp("profiled")
+    run(directory, PROFILED_LOOP, instrument=False)
+    return spool_spans(str(directory / ".cirron"))
+
+
+def test_a_script_that_never_imports_cirron_gives_the_same_tree_over_otlp_and_spool(
+    tmp_path, receiver, profiled
+):
+    output = run(
+        tmp_path,
+        TORCH_LOOP,
+        instrument=True,
+        OTEL_TRACES_EXPORTER="otlp,cirron_spool",
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=receiver.http_endpoint + "/v1/traces",
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+        CIRRON_RUN_ID="zero-code-1",
+    )
+    spooled = spool_spans(str(tmp_path / ".cirron"))
+    assert tree(spooled) == tree(profiled)
+    assert Counter(s["name"] for s in spooled)["step"] == 8
+    assert len({s["spanId"] for s in spooled}) == len(spooled)  # spooled once, not twice
+    (session,) = [s for s in spooled if s["name"] == "cirron.session"]
+    received = receiver.wait_for(lambda text: session["spanId"] in text, timeout=30)
+    trace_ids = {s["traceId"] for s in spooled}
+    assert len(trace_ids) == 1 and trace_ids.pop() in received
+    assert "Attempting to instrument while already instrumented" not in output
+
+
+def test_ci_profile_in_a_zero_code_run_reuses_its_provider_and_instrumentors(tmp_path, profiled):
+    output = run(tmp_path, PROFILED_LOOP, instrument=True, OTEL_TRACES_EXPORTER="cirron_spool")
+    spooled = spool_spans(str(tmp_path / ".cirron"))
+    assert tree(spooled) == tree(profiled)  # one session, every span once
+    assert len({s["spanId"] for s in spooled}) == len(spooled)
+    assert "already called" not in output and "already instrumented" not in output
+
+
+def test_disabling_the_torch_instrumentation_turns_its_spans_off(tmp_path):
+    run(
+        tmp_path,
+        TORCH_LOOP,
+        instrument=True,
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="cirron_torch",
+    )
+    names = Counter(s["name"] for s in spool_spans(str(tmp_path / ".cirron")))
+    assert names == {"cirron.session": 1}
+
+
+def test_a_bad_cirron_variable_warns_and_falls_back(tmp_path):
+    output = run(
+        tmp_path,
+        TORCH_LOOP,
+        instrument=True,
+        OTEL_TRACES_EXPORTER="none",
+        CIRRON_SNAPSHOTS="everything",
+        CIRRON_PATH=str(tmp_path / "here"),
+    )
+    assert "ignoring CIRRON_SNAPSHOTS='everything'" in output
+    assert Counter(s["name"] for s in spool_spans(str(tmp_path / "here")))["step"] == 8
+
+
+def test_cirron_enabled_false_turns_the_zero_code_profiler_off(tmp_path):
+    run(tmp_path, TORCH_LOOP, instrument=True, OTEL_TRACES_EXPORTER="none", CIRRON_ENABLED="false")
+    assert not (tmp_path / ".cirron").exists()
+
+
+HF_SCRIPT = """
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=16, num_labels=2))
+    data = [{"input_ids": torch.randint(0, 50, (8,)), "labels": torch.tensor(i % 2)}
+            for i in range(8)]
+    args = TrainingArguments(output_dir="out", num_train_epochs=2, per_device_train_batch_size=4,
+                             report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True)
+    Trainer(model=model, args=args, train_dataset=data).train()
+    print("TRAINED")
+"""
+
+
+def test_an_hf_trainer_script_zero_code_gives_the_trainers_tree(tmp_path):
+    run(tmp_path, HF_SCRIPT, instrument=True, OTEL_TRACES_EXPORTER="none")
+    spans = spool_spans(str(tmp_path / ".cirron"))
+    shape = tree(spans)
+    assert shape[("train", "cirron.session")] == 1
+    assert shape[("epoch", "train")] == 2 and shape[("step", "epoch")] == 4
+    assert shape[("forward", "step")] == 4 and shape[("snapshot", "epoch")] == 2
+
+
+# -- one trace per run -------------------------------------------------------------------------
+RANK_SCRIPT = """
+    import cirron as ci
+    ci.profile()
+    with ci.scope("work"):
+        pass
+    print("TRAINED")
+"""
+
+
+def test_ranks_that_share_a_run_id_record_into_one_trace(tmp_path):
+    for rank in (0, 1):
+        directory = tmp_path / f"rank{rank}"
+        directory.mkdir()
+        run(directory, RANK_SCRIPT, instrument=False, CIRRON_RUN_ID="exp-42", RANK=str(rank))
+    sessions = [
+        s
+        for rank in (0, 1)
+        for s in spool_spans(str(tmp_path / f"rank{rank}" / ".cirron"))
+        if s["name"] == "cirron.session"
+    ]
+    assert len({s["traceId"] for s in sessions}) == 1
+    assert len({s["spanId"] for s in sessions}) == 2
+    assert all(not s.get("parentSpanId") for s in sessions)  # each process's root
+    assert sorted(resource(s, "cirron.rank") for s in sessions) == [0, 1]
+    # another run, another trace
+    other = tmp_path / "other"
+    other.mkdir()
+    run(other, RANK_SCRIPT, instrument=False, CIRRON_RUN_ID="exp-43")
+    (session,) = [s for s in spool_spans(str(other / ".cirron")) if s["name"] == "cirron.session"]
+    assert session["traceId"] != sessions[0]["traceId"]
+
+
+def test_traceparent_wins_over_the_run_id(tmp_path):
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    run(
+        tmp_path,
+        RANK_SCRIPT,
+        instrument=False,
+        CIRRON_RUN_ID="exp-42",
+        TRACEPARENT=f"00-{trace_id}-{parent_id}-01",
+    )
+    (session,) = [
+        s for s in spool_spans(str(tmp_path / ".cirron")) if s["name"] == "cirron.session"
+    ]
+    assert (session["traceId"], session["parentSpanId"]) == (trace_id, parent_id)
+
+
+DDP_SCRIPT = """
+    import os
+    import torch
+    import torch.distributed as dist
+    import cirron as ci
+    ci.profile()
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in ci.epochs(range(2)):
+        for x in ci.batches([torch.randn(4, 4) for _ in range(3)]):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+    dist.destroy_process_group()
+    print("TRAINED")
+"""
+
+
+def test_torchrun_ranks_record_into_one_trace_each_with_its_own_files(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT))
+    result = subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2", str(script)],
+        cwd=tmp_path,
+        env=clean_environment(OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    spans = spool_spans(str(tmp_path / ".cirron"))
+    sessions = [s for s in spans if s["name"] == "cirron.session"]
+    assert sorted(resource(s, "cirron.rank") for s in sessions) == [0, 1]
+    assert len({s["traceId"] for s in spans}) == 1
+    pids = {resource(s, "process.pid") for s in spans}
+    files = {Path(f).name.split("-")[0] for f in os.listdir(tmp_path / ".cirron" / "spool")}
+    assert len(pids) == 2 and files == {str(pid) for pid in pids}
+    run_ids = {resource(s, "cirron.run_id") for s in sessions}
+    assert len(run_ids) == 1 and None not in run_ids  # torchrun's --standalone rendezvous id
