@@ -134,7 +134,7 @@ class Profiler:
             return
         # Loaded already by opentelemetry-instrument (its entry point): it records into
         # this profiler's session all the same; nothing to install twice.
-        if not instrumentor.is_instrumented_by_opentelemetry:
+        if not getattr(instrumentor, "is_instrumented_by_opentelemetry", False):
             try:
                 instrumentor.instrument(tracer_provider=self._provider)
             except Exception as error:  # noqa: BLE001 - a broken hook never stops training
