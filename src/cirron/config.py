@@ -43,6 +43,8 @@ class Settings:
     max_events: int = 10000
     epoch_steps: int = 1000  # optimizer steps per epoch when no DataLoader shows epochs
     spool_max_bytes: int | None = None  # None: the spool may grow until the disk is full
+    # Spans a run records before each later epoch starts a trace of its own (0: never).
+    trace_split: int = 10000
     # The whole config= dict, for the user's own feature flags (Profiler.config).
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -60,6 +62,14 @@ def _positive_int(name: str, value: Any) -> int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value!r}")
+    return value
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be 0 or more, got {value!r}")
     return value
 
 
@@ -130,6 +140,7 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "max_events": (_positive_int, env.CIRRON_MAX_EVENTS, int),
     "epoch_steps": (_positive_int, env.CIRRON_EPOCH_STEPS, int),
     "spool_max_bytes": (_positive_int, env.CIRRON_SPOOL_MAX_BYTES, int),
+    "trace_split": (_count, env.CIRRON_TRACE_SPLIT, int),
 }
 
 

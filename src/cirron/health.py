@@ -83,6 +83,9 @@ class Health:
             )
         return text
 
+    def spans_started(self) -> int:
+        return _value(self.started)
+
     def thread_restarted(self, thread: str, error: BaseException) -> None:
         """A thread of ours died (an exporter's ``SystemExit``, killed from outside) and was replaced."""
         self.add("threads_restarted")

@@ -88,3 +88,12 @@ def run_ids(run_id: str) -> tuple[int, int]:
     """
     digest = hashlib.sha256(f"cirron-run/{run_id}".encode()).digest()
     return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
+
+
+def epoch_trace_id(run: str, index: int) -> int:
+    """The trace of epoch ``index`` of the run ``run`` once a long run splits its trace.
+
+    The same in every rank of the run, so one epoch of all ranks is one trace.
+    """
+    digest = hashlib.sha256(f"cirron-epoch/{run}/{index}".encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1

@@ -73,7 +73,13 @@ def _node(span: Any) -> dict[str, Any]:
         "name": span.name,
         "index": attributes.get("index"),
         "span_id": _hex(span.context.span_id),
-        "parent_id": _hex(span.parent.span_id) if span.parent is not None else None,
+        # A long run's later epochs begin traces of their own: their parent in the tree
+        # is named by an attribute (see cirron.scopes.open_root).
+        "parent_id": (
+            _hex(span.parent.span_id)
+            if span.parent is not None
+            else attributes.get("cirron.parent_span_id")
+        ),
         "start_ns": span.start_time,
         "end_ns": end,
         "duration_ns": end - span.start_time if end is not None else None,

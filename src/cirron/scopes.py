@@ -18,11 +18,22 @@ from typing import Any
 
 from opentelemetry.context import create_key
 from opentelemetry.context.context import Context
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
 
 from . import recorder, training_state, values
 from .config import MAX_SCOPE_DEPTH
 from .spans import SPAN_KEY, ScopeSpan, context_variable
+
+# On the root span of a trace a long run split off: the span id of its parent in the run's tree.
+PARENT_ATTRIBUTE = "cirron.parent_span_id"
 
 # Scopes recorded around the current point, kept in the OTel context beside the span.
 _DEPTH_KEY = create_key("cirron-scope-depth")
@@ -194,6 +205,34 @@ def open_on(
     """Start a span on recorder ``rec`` and make it current; returns what :func:`close_span` needs."""
     previous = _context_var.get()
     span = _start_span(rec, name, attributes, start_ns, previous)
+    return span, _context_var.set(Context({**previous, SPAN_KEY: span})), previous
+
+
+def open_root(
+    rec: Any, name: str, attributes: dict[str, Any], trace_id: int, logical_parent: Any
+) -> tuple[Any, Any, Any]:
+    """Like :func:`open_on`, but the span begins trace ``trace_id`` (a long run's epoch).
+
+    It stays tied to ``logical_parent``, the span it would have been a child
+    of: by a link, and by the attribute ``cirron.parent_span_id``, which
+    ``ci.trace()`` follows to show one tree.
+    """
+    previous = _context_var.get()
+    parent_context = logical_parent.get_span_context()
+    attributes = {**attributes, PARENT_ATTRIBUTE: format(parent_context.span_id, "016x")}
+    if rec.lean is not None:
+        span: Any = ScopeSpan(name, trace_id, None, attributes, rec.lean, Context())
+        span.add_link(parent_context)
+    else:  # the SDK takes a trace id only from a parent: a remote one, never recorded
+        root = NonRecordingSpan(
+            SpanContext(trace_id, parent_context.span_id, True, TraceFlags(1))
+        )
+        span = rec.tracer.start_span(
+            name,
+            context=set_span_in_context(root, Context()),
+            attributes=attributes,
+            links=[Link(parent_context)],
+        )
     return span, _context_var.set(Context({**previous, SPAN_KEY: span})), previous
 
 

@@ -51,8 +51,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import boundaries, loop_frames, recorder, registry, training_state
-from .scopes import close_span, current_span, marks_from, open_on
+from . import boundaries, ids, loop_frames, recorder, registry, training_state
+from .resource import run_id
+from .scopes import close_span, current_span, marks_from, open_on, open_root
 from .training_state import USER, Moment, Owner, TrainingState
 
 __all__ = [
@@ -161,13 +162,42 @@ def begin_epoch(
             index = current.next_epoch
         current.next_epoch = index + 1
         parent = current_span()
-        opened = open_on(rec, "epoch", {"index": index}, start_ns)
+        above = parent if parent is not None else rec.session  # its parent in the tree
+        if _split(rec, current, above):
+            trace_id = ids.epoch_trace_id(_run_name(rec), index)
+            opened = open_root(rec, "epoch", {"index": index}, trace_id, above)
+        else:
+            opened = open_on(rec, "epoch", {"index": index}, start_ns)
         epoch = current.epoch = Moment(who, opened, index, parent)
         epoch.fallback = fallback
         if parent is not None:
             training_state.enclosing.add(parent)
             epoch.encloses = True
         return True
+
+
+def _split(rec: Any, current: TrainingState, parent: Any) -> bool:
+    """This epoch begins a trace of its own: the run has passed ``trace_split`` spans.
+
+    From then on every epoch does, so that no trace of a long run outgrows
+    what a backend renders (its spans, the steps and snapshots inside it, go
+    with it); the first epochs stay in the session's trace.
+    """
+    if not current.split:
+        limit = rec.settings.trace_split
+        if not limit or parent is None or rec.health.spans_started() < limit:
+            return False
+        current.split = True
+    return parent is not None
+
+
+def _run_name(rec: Any) -> str:
+    """What names the run for its epochs' traces: the run id, else the session's trace."""
+    run = run_id()
+    if run is not None:
+        return run
+    session = rec.session
+    return format(session.get_span_context().trace_id, "032x") if session is not None else ""
 
 
 def end_epoch(who: Owner, error: BaseException | None = None) -> None:

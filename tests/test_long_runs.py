@@ -1,0 +1,101 @@
+"""Long runs stay viewable: past ``trace_split`` spans, each later epoch is a trace of its own."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import pytest
+
+import cirron as ci
+from cirron.exporters import spool_spans
+
+
+def train(epochs: int, batches: int) -> None:
+    for _ in ci.epochs(range(epochs)):
+        for _ in ci.batches(range(batches)):
+            ci.mark("loss", 0.5)
+        with ci.scope("eval"):
+            pass
+
+
+def epoch_traces(path: str) -> dict[int, str]:
+    found = {}
+    for span in spool_spans(path):
+        if span["name"] == "epoch":
+            (index,) = [a["value"]["intValue"] for a in span["attributes"] if a["key"] == "index"]
+            found[int(index)] = span["traceId"]
+    return found
+
+
+def test_past_the_limit_each_epoch_begins_a_trace_linked_to_its_parent(tmp_path):
+    ci.profile(path=str(tmp_path), config={"trace_split": 50})
+    train(epochs=5, batches=20)
+    ci.shutdown()  # the session span too
+    spans = spool_spans(str(tmp_path))
+    (session,) = [s for s in spans if s["name"] == "cirron.session"]
+    traces = epoch_traces(str(tmp_path))
+    # 1 session + 22 spans an epoch (the epoch, 20 batches, eval): the limit is passed in epoch 2
+    assert [traces[i] == session["traceId"] for i in range(5)] == [True] * 3 + [False] * 2
+    assert traces[3] != traces[4]
+    by_trace = Counter(s["traceId"] for s in spans)
+    assert by_trace[traces[3]] == by_trace[traces[4]] == 22  # the epoch and what is inside it
+    for epoch in (s for s in spans if s["name"] == "epoch" and s["traceId"] != session["traceId"]):
+        assert not epoch.get("parentSpanId")
+        assert [(link["traceId"], link["spanId"]) for link in epoch["links"]] == [
+            (session["traceId"], session["spanId"])
+        ]
+        assert {"key": "cirron.parent_span_id", "value": {"stringValue": session["spanId"]}} in (
+            epoch["attributes"]
+        )
+    # ci.trace() shows one tree all the same (also after shutdown)
+    tree = ci.trace(format="dict")
+    assert [(c["name"], c["index"]) for c in tree["children"] if c["name"] == "epoch"] == [
+        ("epoch", i) for i in range(5)
+    ]
+    assert all(len(c["children"]) == 21 for c in tree["children"] if c["name"] == "epoch")
+
+
+def test_the_same_epoch_of_every_rank_shares_its_trace(tmp_path, monkeypatch):
+    monkeypatch.setenv("CIRRON_RUN_ID", "long-run-7")
+    found = []
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        ci.profile(path=str(tmp_path / rank), config={"trace_split": 30})
+        train(epochs=4, batches=20)
+        ci.shutdown()
+        found.append(epoch_traces(str(tmp_path / rank)))
+    assert found[0] == found[1]
+    assert len(set(found[0].values())) == 3  # epochs 0-1 with the session, then 2 and 3 alone
+
+
+@pytest.mark.slow
+def test_a_20k_step_run_gives_bounded_traces_and_one_tree(tmp_path):
+    ci.profile(path=str(tmp_path), config={"trace_split": 2000, "trace_buffer": 30000})
+    train(epochs=20, batches=1000)
+    ci.shutdown()
+    spans = spool_spans(str(tmp_path))
+    per_trace = Counter(s["traceId"] for s in spans)
+    assert len(per_trace) == 19  # the session's (epochs 0 and 1), then one per later epoch
+    assert max(per_trace.values()) <= 2 * 1002 + 1  # at most the session's first two epochs
+    ids = {s["spanId"] for s in spans}
+    for span in spans:  # every link points at a span of the run
+        for link in span.get("links", []):
+            assert link["spanId"] in ids
+    tree = ci.trace(format="dict")
+    epochs = [c for c in tree["children"] if c["name"] == "epoch"]
+    assert [e["index"] for e in epochs] == list(range(20))
+    assert sum(len(kids) for kids in (e["children"] for e in epochs)) == 20 * 1001
+
+
+def test_zero_never_splits_and_a_bad_value_warns(tmp_path, monkeypatch, caplog):
+    ci.profile(path=str(tmp_path), config={"trace_split": 0})
+    train(epochs=3, batches=30)
+    ci.shutdown()
+    assert len(set(epoch_traces(str(tmp_path)).values())) == 1
+    monkeypatch.setenv("CIRRON_TRACE_SPLIT", "-5")
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        assert ci.profile(output="none").recorder.settings.trace_split == 10000
+    assert any("CIRRON_TRACE_SPLIT" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="trace_split"):
+        ci.profile(config={"trace_split": -1})
