@@ -224,9 +224,7 @@ def open_root(
         span: Any = ScopeSpan(name, trace_id, None, attributes, rec.lean, Context())
         span.add_link(parent_context)
     else:  # the SDK takes a trace id only from a parent: a remote one, never recorded
-        root = NonRecordingSpan(
-            SpanContext(trace_id, parent_context.span_id, True, TraceFlags(1))
-        )
+        root = NonRecordingSpan(SpanContext(trace_id, parent_context.span_id, True, TraceFlags(1)))
         span = rec.tracer.start_span(
             name,
             context=set_span_in_context(root, Context()),
