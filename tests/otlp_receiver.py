@@ -107,11 +107,18 @@ class OtlpReceiver:
     """A ``rotel-agent`` subprocess printing every received span; see the module docstring."""
 
     def __init__(
-        self, directory: str | None = None, start_timeout: float = 10.0, verbosity: str = "detailed"
+        self,
+        directory: str | None = None,
+        start_timeout: float = 10.0,
+        verbosity: str = "detailed",
+        forward_to: str | None = None,
     ) -> None:
         # "basic" prints a line per batch instead of every span (long runs); the
         # span parser needs "detailed".
         self.verbosity = verbosity
+        # The gRPC endpoint of a next hop (another collector): rotel exports there
+        # instead of dropping what it received (a collector per node, then a gateway).
+        self.forward_to = forward_to
         self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="rotel-")
         os.makedirs(self.directory, exist_ok=True)
@@ -164,7 +171,11 @@ class OtlpReceiver:
             rotel_binary(), "start",
             "--otlp-grpc-endpoint", f"127.0.0.1:{self.grpc_port}",
             "--otlp-http-endpoint", f"127.0.0.1:{self.http_port}",
-            "--exporter", "blackhole",
+            *(
+                ["--exporter", "otlp", "--otlp-exporter-endpoint", self.forward_to,
+                 "--otlp-exporter-protocol", "grpc"]
+                if self.forward_to else ["--exporter", "blackhole"]
+            ),
             "--debug-log", "traces",
             "--debug-log-verbosity", self.verbosity,
             "--pid-file", self.pid_file,

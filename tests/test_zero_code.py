@@ -284,3 +284,27 @@ def test_torchrun_ranks_record_into_one_trace_each_with_its_own_files(tmp_path):
     assert len(pids) == 2 and files == {str(pid) for pid in pids}
     run_ids = {resource(s, "cirron.run_id") for s in sessions}
     assert len(run_ids) == 1 and None not in run_ids  # torchrun's --standalone rendezvous id
+
+
+def test_two_hops_a_node_collector_forwarding_to_a_gateway_deliver_every_span_once(tmp_path):
+    """cirron -> a collector on the node -> a gateway: the layout of a many-node run."""
+    gateway = OtlpReceiver(str(tmp_path / "gateway")).start()
+    try:
+        node = OtlpReceiver(str(tmp_path / "node"), forward_to=gateway.grpc_endpoint).start()
+        try:
+            run(
+                tmp_path,
+                PROFILED_LOOP,
+                instrument=False,
+                OTEL_EXPORTER_OTLP_ENDPOINT=node.http_endpoint,
+                CIRRON_RUN_ID="two-hops",
+            )
+            spooled = spool_spans(str(tmp_path / ".cirron"))
+            expected = {s["spanId"] for s in spooled}
+            gateway.wait_for(lambda text: all(i in text for i in expected), timeout=30)
+            received = [s for s in gateway.spans() if s["span_id"] in expected]
+            assert sorted(s["span_id"] for s in received) == sorted(expected)  # each once
+        finally:
+            node.stop()
+    finally:
+        gateway.stop()
