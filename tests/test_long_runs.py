@@ -99,3 +99,46 @@ def test_zero_never_splits_and_a_bad_value_warns(tmp_path, monkeypatch, caplog):
     assert any("CIRRON_TRACE_SPLIT" in r.getMessage() for r in caplog.records)
     with pytest.raises(ValueError, match="trace_split"):
         ci.profile(config={"trace_split": -1})
+
+
+def test_step_sampling_keeps_every_step_but_the_hook_spans_of_some(tmp_path):
+    torch = pytest.importorskip("torch")
+    ci.profile(output="none", config={"step_sampling": (2, 3)})
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    for _ in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            ci.mark("loss", loss)
+    epochs = ci.trace(format="dict", name="epoch")
+    assert len(epochs) == 2
+    for epoch in epochs:
+        steps = [c for c in epoch["children"] if c["name"] == "step"]
+        assert len(steps) == 10  # every step is kept, with its marks
+        detailed = [i for i, s in enumerate(steps) if s["children"]]
+        assert detailed == [0, 1, 2, 5, 8]  # the first 2, then every 3rd
+        for position, step in enumerate(steps):
+            assert [m["name"] for m in step["marks"]] == ["loss"]
+            assert step["attributes"].get("detail", True) is (position in detailed)
+        full = {c["name"] for c in steps[0]["children"]}
+        assert {"data_load", "forward", "backward", "optimizer_step"} <= full
+
+
+def test_step_sampling_is_off_by_default_and_checked(monkeypatch, caplog):
+    assert ci.profile(output="none").recorder.settings.step_sampling is None
+    ci.shutdown()
+    monkeypatch.setenv("CIRRON_STEP_SAMPLING", "100,10")
+    assert ci.profile(output="none").recorder.settings.step_sampling == (100, 10)
+    ci.shutdown()
+    monkeypatch.setenv("CIRRON_STEP_SAMPLING", "many")
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        assert ci.profile(output="none").recorder.settings.step_sampling is None
+    assert any("CIRRON_STEP_SAMPLING" in r.getMessage() for r in caplog.records)
+    ci.shutdown()
+    with pytest.raises(ValueError, match="step_sampling"):
+        ci.profile(config={"step_sampling": (5, 0)})

@@ -45,6 +45,8 @@ class Settings:
     spool_max_bytes: int | None = None  # None: the spool may grow until the disk is full
     # Spans a run records before each later epoch starts a trace of its own (0: never).
     trace_split: int = 10000
+    # (K, N): hook spans only for the first K steps of each epoch and every Nth after; None: all.
+    step_sampling: tuple[int, int] | None = None
     # The whole config= dict, for the user's own feature flags (Profiler.config).
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -71,6 +73,23 @@ def _count(name: str, value: Any) -> int:
     if value < 0:
         raise ValueError(f"{name} must be 0 or more, got {value!r}")
     return value
+
+
+def _step_sampling(name: str, value: Any) -> tuple[int, int]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",")]
+        try:
+            value = [int(part) for part in value]
+        except ValueError:
+            raise ValueError(f"{name} must be two ints 'K,N', got {value!r}") from None
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise TypeError(f"{name} must be (K, N): full detail for K steps, then every Nth")
+    first, every = value
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (first, every)):
+        raise TypeError(f"{name} must be two ints (K, N), got {value!r}")
+    if first < 0 or every < 1:
+        raise ValueError(f"{name} needs K >= 0 and N >= 1, got {value!r}")
+    return first, every
 
 
 def _sample_rate(name: str, value: Any) -> float:
@@ -141,6 +160,7 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "epoch_steps": (_positive_int, env.CIRRON_EPOCH_STEPS, int),
     "spool_max_bytes": (_positive_int, env.CIRRON_SPOOL_MAX_BYTES, int),
     "trace_split": (_count, env.CIRRON_TRACE_SPLIT, int),
+    "step_sampling": (_step_sampling, env.CIRRON_STEP_SAMPLING, str.strip),
 }
 
 

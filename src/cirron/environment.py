@@ -40,6 +40,7 @@ CIRRON_EXIT_TIMEOUT = "CIRRON_EXIT_TIMEOUT"  # seconds exit may wait for exporte
 CIRRON_MAX_EVENTS = "CIRRON_MAX_EVENTS"  # point marks kept per span
 CIRRON_EPOCH_STEPS = "CIRRON_EPOCH_STEPS"  # optimizer steps per epoch without a DataLoader
 CIRRON_TRACE_SPLIT = "CIRRON_TRACE_SPLIT"  # spans before each later epoch is a trace of its own
+CIRRON_STEP_SAMPLING = "CIRRON_STEP_SAMPLING"  # "K,N": hook spans for K steps, then every Nth
 CIRRON_SPOOL_MAX_BYTES = "CIRRON_SPOOL_MAX_BYTES"  # bytes of spool files one process may write
 
 # Platform context, recorded as resource attributes.

@@ -39,6 +39,12 @@ torch hooks never take a Keras layer's forward for a step of their own. A
 framework that begins a run of its own first ends what lower owners left open
 (:func:`take_over`), before it opens any span around its moments.
 
+**Step sampling.** With ``step_sampling=(K, N)`` (off by default), only the
+first K steps of each epoch and every Nth after keep their hook spans
+(``forward``, ``backward``, ...); the others are ``step`` spans with
+``detail=false`` and their marks. Epochs, steps, marks and snapshots are
+always kept. Hooks ask :attr:`TrainingState.detail`.
+
 **Epoch boundaries.** Right before an epoch ends, or earlier when its owner
 says the model is final (:func:`epoch_boundary`), the features registered in
 :mod:`cirron.boundaries` (snapshots) run, once per epoch.
@@ -280,6 +286,13 @@ def begin_step(
         )
         if epoch is not None:
             epoch.steps += 1
+        sampling = rec.settings.step_sampling
+        if sampling is not None:
+            position = epoch.steps - 1 if epoch is not None else index
+            first, every = sampling
+            current.detail = position < first or (position - first) % every == 0
+            if not current.detail:
+                step.opened[0].set_attribute("detail", False)
         if parent is not None and (epoch is None or parent is not epoch.opened[0]):
             training_state.enclosing.add(parent)  # a user's scope around a manual loop
             step.encloses = True
@@ -342,6 +355,7 @@ def _end_step(current: TrainingState, error: BaseException | None = None) -> Non
     if step is None:
         return
     current.step = None
+    current.detail = True
     completed = training_state.completed
     if completed[0] is step.opened[0]:
         completed[0] = completed[1] = None

@@ -69,6 +69,8 @@ class TrainingState:
     next_epoch: int = 0  # the index the next epoch gets (whole run)
     next_step: int = 0  # the index the next step gets (whole run)
     split: bool = False  # the run passed trace_split spans: each epoch is a trace of its own
+    # Hook spans (forward, backward, ...) are recorded: False in a step step_sampling leaves out.
+    detail: bool = True
     # Owners whose own work is running now (a Keras fit(), a Keras layer's call): while
     # one holds the levels, lower owners open no epoch or step. Innermost last.
     holders: list[Owner] = field(default_factory=list)

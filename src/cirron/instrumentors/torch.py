@@ -84,7 +84,7 @@ def _open(name: str, attributes: dict[str, Any]) -> tuple[Any, Any] | None:
     synchronised. On a CPU-only run there is no attribute at all.
     """
     rec = recorder.current
-    if rec is None or not rec.enabled:
+    if rec is None or not rec.enabled or not rec.training.detail:  # a step sampled out
         return None
     opened = open_on(rec, name, attributes, None)
     cuda = _cuda[0]
@@ -369,7 +369,7 @@ def _after_fetch(iterator: Any, kind: str, started: int, exhausted: bool) -> Non
             _loop.training_loader_exhausted(driven)
         else:
             _loop.training_fetch(iterator, started, driven)
-    if not driven:
+    if not driven and (recorder.current or recorder.active()).training.detail:
         record_span("data_load", {}, started)
     if exhausted:
         _forget(iterator)
