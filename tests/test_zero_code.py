@@ -333,3 +333,21 @@ def test_a_fresh_venv_with_only_this_package_runs_zero_code(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "[cirron] cirron.session" in result.stdout
     assert [s["name"] for s in spool_spans(str(tmp_path / ".cirron"))] == ["cirron.session"]
+
+
+def test_loading_the_entry_points_imports_no_framework(tmp_path):
+    code = """
+        import sys
+        from importlib.metadata import entry_points
+        for group in ("opentelemetry_instrumentor", "opentelemetry_traces_exporter",
+                      "opentelemetry_post_instrument", "opentelemetry_environment_variables"):
+            for entry_point in entry_points(group=group):
+                if entry_point.name.startswith("cirron"):
+                    entry_point.load()
+        heavy = ("torch", "tensorflow", "keras", "tf_keras", "transformers", "lightning",
+                 "pytorch_lightning", "trainloop", "sklearn")
+        print("LOADED", sorted(m for m in heavy if m in sys.modules))
+        print("TRAINED")
+    """
+    output = run(tmp_path, code, instrument=False)
+    assert "LOADED []" in output
