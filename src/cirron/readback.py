@@ -6,6 +6,7 @@ with or without ``ci.profile()``.
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
@@ -30,10 +31,33 @@ DF_COLUMNS = [
 
 
 class TraceText(str):
-    """A str that shows as the tree itself in a notebook or REPL."""
+    """A str that shows as the tree itself in a REPL, and as a collapsible tree in a notebook."""
+
+    _nodes: list[dict[str, Any]] = []  # the trees the text was made from (for the HTML form)
 
     def __repr__(self) -> str:
         return str(self)
+
+    def _repr_html_(self) -> str:
+        """Each span a line; those with children fold (the top two levels start open)."""
+        out = ['<div style="font-family: monospace; white-space: pre">']
+
+        def walk(node: dict[str, Any], depth: int) -> None:
+            line = html.escape(lines.span_line(_NodeView(node)))
+            if not node["children"]:
+                out.append(f'<div style="margin-left: 1.2em">{line}</div>')
+                return
+            opened = " open" if depth < 2 else ""
+            out.append(f'<details{opened} style="margin-left: {0 if depth == 0 else 1.2}em">')
+            out.append(f"<summary>{line}</summary>")
+            for child in node["children"]:
+                walk(child, depth + 1)
+            out.append("</details>")
+
+        for node in self._nodes:
+            walk(node, 0)
+        out.append("</div>")
+        return "".join(out)
 
 
 def _hex(span_id: int) -> str:
@@ -92,14 +116,19 @@ def _node(span: Any) -> dict[str, Any]:
     }
 
 
-def _tree(rec: Recorder) -> tuple[dict[str, Any] | None, list[tuple[dict[str, Any], Any]]]:
-    """The root node, and every (node, span) pair in end order, open spans last."""
-    assert rec.store is not None
-    spans = rec.store.ended_spans() + rec.store.open_spans()
+def _tree(
+    spans: list[Any], root_id: str | None
+) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], Any]]]:
+    """The root nodes, and every (node, span) pair in the order given.
+
+    ``root_id``: the session of ``ci.trace()``: a span whose parent is not
+    here hangs under it. Without one (a spool of several processes), such a
+    span is a root of its own.
+    """
     pairs = [(_node(span), span) for span in spans]
     by_id = {node["span_id"]: node for node, _span in pairs}
-    root_id = _hex(rec.session.context.span_id) if rec.session is not None else None
     root = by_id.get(root_id) if root_id else None
+    roots = [root] if root is not None else []
     for node, _span in pairs:
         if node is root:
             continue
@@ -108,13 +137,26 @@ def _tree(rec: Recorder) -> tuple[dict[str, Any] | None, list[tuple[dict[str, An
             parent = root  # parent evicted, or a span from another trace
         if parent is not None:
             parent["children"].append(node)
+        else:
+            roots.append(node)
     for node, _span in pairs:
         node["children"].sort(key=lambda child: child["start_ns"])
-    return root, pairs
+    roots.sort(key=lambda node: node["start_ns"])
+    return roots, pairs
+
+
+def _depths(roots: list[dict[str, Any]]) -> dict[int, int]:
+    """Each node's depth in the tree (by ``id`` of the node)."""
+    depths: dict[int, int] = {}
+    stack = [(node, 0) for node in roots]
+    while stack:
+        node, depth = stack.pop()
+        depths[id(node)] = depth
+        stack.extend((child, depth + 1) for child in node["children"])
+    return depths
 
 
 def _select(
-    root: dict[str, Any] | None,
     pairs: list[tuple[dict[str, Any], Any]],
     name: str | None,
     last: int | None,
@@ -167,7 +209,8 @@ class _Event:
         self.timestamp = mark["time_ns"]
 
 
-def _frame(nodes: list[dict[str, Any]]) -> Any:
+def _frame(nodes: list[dict[str, Any]], depths: dict[int, int] | None = None) -> Any:
+    """One row per span: the trees below ``nodes``, or (``depths`` given) ``nodes`` alone."""
     try:
         import pandas as pd
     except ImportError as error:
@@ -176,6 +219,13 @@ def _frame(nodes: list[dict[str, Any]]) -> Any:
             "(or pip install 'cirron-otel[test]')"
         ) from error
     rows: list[dict[str, Any]] = []
+    if depths is not None:  # name= or last=: the rows of those spans, nothing below them
+        for node in nodes:
+            rows.append(
+                {column: node.get(column) for column in DF_COLUMNS}
+                | {"depth": depths.get(id(node), 0)}
+            )
+        return pd.DataFrame(rows, columns=DF_COLUMNS)
 
     def walk(node: dict[str, Any], depth: int) -> None:
         rows.append({column: node.get(column) for column in DF_COLUMNS} | {"depth": depth})
@@ -187,27 +237,61 @@ def _frame(nodes: list[dict[str, Any]]) -> Any:
     return pd.DataFrame(rows, columns=DF_COLUMNS)
 
 
-def render(
-    rec: Recorder | None, format: str = "text", name: str | None = None, last: int | None = None
-) -> Any:
+def _check(format: str, name: str | None, last: int | None) -> None:
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
         raise ValueError(f"last must be a non-negative int, got {last!r}")
-    pairs: list[tuple[dict[str, Any], Any]] = []
-    root: dict[str, Any] | None = None
-    evicted = 0
-    if rec is not None and rec.store is not None:
-        root, pairs = _tree(rec)
-        evicted = rec.store.evicted
-    selected = _select(root, pairs, name, last)
-    nodes = selected if selected is not None else ([root] if root is not None else [])
+
+
+def render(
+    rec: Recorder | None, format: str = "text", name: str | None = None, last: int | None = None
+) -> Any:
+    """``ci.trace()``: the recorder's spans from memory, under its session."""
+    _check(format, name, last)
+    if rec is None or rec.store is None:
+        return _render([], [], format, name, last, single=True)
+    spans = rec.store.ended_spans() + rec.store.open_spans()
+    root_id = _hex(rec.session.context.span_id) if rec.session is not None else None
+    roots, pairs = _tree(spans, root_id)
+    return _render(roots, pairs, format, name, last, single=True, evicted=rec.store.evicted)
+
+
+def render_spans(
+    spans: list[Any], format: str = "text", name: str | None = None, last: int | None = None
+) -> Any:
+    """The same read-back for spans read from elsewhere (a spool): one tree per process.
+
+    ``format="dict"`` gives the list of root nodes (a ``cirron.session`` per
+    process), even with ``name=`` and ``last=`` unset.
+    """
+    _check(format, name, last)
+    ended = sorted(spans, key=lambda span: span.end_time if span.end_time is not None else 2**63)
+    roots, pairs = _tree(ended, None)
+    return _render(roots, pairs, format, name, last, single=False)
+
+
+def _render(
+    roots: list[dict[str, Any]],
+    pairs: list[tuple[dict[str, Any], Any]],
+    format: str,
+    name: str | None,
+    last: int | None,
+    *,
+    single: bool,
+    evicted: int = 0,
+) -> Any:
+    selected = _select(pairs, name, last)
+    nodes = selected if selected is not None else roots
+    whole: Any = roots[0] if single and roots else (None if single else roots)
     if format == "dict":
-        return selected if selected is not None else root
+        return selected if selected is not None else whole
     if format == "json":
-        return json.dumps(selected if selected is not None else root)
+        return json.dumps(selected if selected is not None else whole)
     if format == "df":
-        return _frame(nodes)
-    return TraceText(_text(nodes, evicted))
+        return _frame(nodes, _depths(roots) if selected is not None else None)
+    text = TraceText(_text(nodes, evicted))
+    text._nodes = nodes
+    return text

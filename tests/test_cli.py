@@ -1,0 +1,186 @@
+"""The ``cirron`` command on spool directories made by real profiled runs (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cirron.exporters import spool_files, spool_spans
+
+try:
+    from otlp_receiver import OtlpReceiver
+except ImportError:  # pragma: no cover - run from the repository root
+    from tests.otlp_receiver import OtlpReceiver
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+
+TRAIN = """
+    import sys
+    import torch
+    import cirron as ci
+    ci.profile(flush_interval=0.05)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    for epoch in range(2):
+        for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            ci.mark("loss", loss)
+        ci.flush()
+    ci.shutdown()
+    print(ci.trace())
+"""
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CIRRON_", "OTEL_"))}
+    env.update(extra)
+    return env
+
+
+def profiled_run(directory: Path, **extra: str) -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "train.py"
+    script.write_text(textwrap.dedent(TRAIN))
+    result = subprocess.run(
+        [str(BIN / "python"), str(script)],
+        cwd=directory,
+        env=environment(**extra),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def cirron(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "cirron"), *arguments],
+        cwd=cwd,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def shape(text: str) -> list[str]:
+    """The tree's lines without durations (they are the same spans, not the same digits)."""
+    return [line.split(" - ")[0] + (" {" + line.split("{", 1)[1] if "{" in line else "")
+            for line in text.splitlines()]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run_directory(tmp_path_factory) -> tuple[Path, str]:
+    directory = tmp_path_factory.mktemp("run")
+    return directory, profiled_run(directory)
+
+
+def test_show_prints_the_tree_as_ci_trace_does(run_directory):
+    directory, printed = run_directory
+    result = cirron("show", cwd=directory)
+    assert result.returncode == 0, result.stderr
+    assert shape(result.stdout) == shape(printed.strip())
+    assert result.stdout.startswith("cirron.session")
+
+
+def test_show_filters_and_formats(run_directory):
+    directory, _ = run_directory
+    epochs = cirron("show", "--name", "epoch", "--format", "json", cwd=directory)
+    nodes = json.loads(epochs.stdout)
+    assert [n["index"] for n in nodes] == [0, 1]
+    assert all(len([c for c in n["children"] if c["name"] == "step"]) == 4 for n in nodes)
+    table = cirron("show", str(directory / ".cirron"), "--name", "step", "--format", "df-csv",
+                   cwd=directory.parent)  # fmt: skip
+    rows = table.stdout.strip().splitlines()
+    assert rows[0].startswith("name,index,span_id,parent_id,depth")
+    assert len(rows) == 1 + 8 and all(row.startswith("step,") for row in rows[1:])
+    last = cirron("show", "--last", "1", cwd=directory)
+    assert last.stdout.startswith("cirron.session")  # the session ended last
+
+
+def test_two_ranks_show_as_two_trees_and_rank_picks_one(tmp_path):
+    for rank in (0, 1):
+        profiled_run(tmp_path / f"rank{rank}", RANK=str(rank), CIRRON_RUN_ID="cli-run")
+    spool = tmp_path / "both" / "spool"
+    spool.mkdir(parents=True)
+    for rank in (0, 1):
+        for name in os.listdir(tmp_path / f"rank{rank}" / ".cirron" / "spool"):
+            shutil.copy(tmp_path / f"rank{rank}" / ".cirron" / "spool" / name, spool / name)
+    both = cirron("show", str(tmp_path / "both"), cwd=tmp_path)
+    assert both.stdout.count("cirron.session") == 2
+    one = cirron("show", str(tmp_path / "both"), "--rank", "1", cwd=tmp_path)
+    assert one.stdout.count("cirron.session") == 1 and one.stdout.count("epoch[") == 2
+
+
+def test_a_corrupt_file_is_named_and_skipped_and_an_empty_directory_is_an_error(
+    run_directory, tmp_path
+):
+    directory, _ = run_directory
+    copy = tmp_path / "copy"
+    shutil.copytree(directory / ".cirron", copy)
+    first = sorted(spool_files(str(copy)))[0]
+    Path(first).write_text('{"resourceSpans": [ truncated')
+    result = cirron("show", str(copy), cwd=tmp_path)
+    assert result.returncode == 0
+    assert os.path.basename(first) in result.stderr and "skipping" in result.stderr
+    assert "cirron.session" in result.stdout  # the other files still shown
+    (tmp_path / "empty").mkdir()
+    empty = cirron("show", str(tmp_path / "empty"), cwd=tmp_path)
+    assert empty.returncode == 2 and "no spool files" in empty.stderr
+    missing = cirron("show", str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert missing.returncode == 2 and "nowhere" in missing.stderr
+
+
+def test_help_on_every_subcommand(tmp_path):
+    for arguments in ([], ["show"], ["export"]):
+        result = cirron(*arguments, "--help", cwd=tmp_path)
+        assert result.returncode == 0 and "usage: cirron" in result.stdout
+    module = subprocess.run(
+        [str(BIN / "python"), "-m", "cirron", "--help"], capture_output=True, text=True
+    )
+    assert module.returncode == 0 and "show" in module.stdout
+
+
+def test_export_replays_every_span_exactly_once_across_an_interrupted_replay(
+    run_directory, tmp_path
+):
+    directory, _ = run_directory
+    spool = tmp_path / "replay"
+    shutil.copytree(directory / ".cirron", spool)
+    expected = {s["spanId"] for s in spool_spans(str(spool))}
+    files = sorted(spool_files(str(spool)))
+    assert len(files) >= 3
+    later = tmp_path / "later"
+    later.mkdir()
+    for name in files[2:]:  # the replay is interrupted after two files ...
+        shutil.move(name, later / os.path.basename(name))
+    dead = cirron("export", str(spool), "--endpoint", "http://127.0.0.1:9", cwd=tmp_path)
+    assert dead.returncode == 1 and "not delivered" in dead.stderr  # nothing listening
+    with OtlpReceiver(str(tmp_path / "rotel")) as receiver:
+        first = cirron("export", str(spool), "--endpoint", receiver.http_endpoint, cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        for name in os.listdir(later):  # ... and resumed once the rest is back
+            shutil.move(later / name, spool / "spool" / name)
+        second = cirron("export", str(spool), "--endpoint", receiver.http_endpoint, cwd=tmp_path)
+        assert second.returncode == 0, second.stderr
+        assert "2 files delivered before were skipped" in second.stderr
+        again = cirron("export", str(spool), "--endpoint", receiver.http_endpoint, cwd=tmp_path)
+        assert again.stderr.startswith("cirron: 0 spans delivered")
+        receiver.wait_for(lambda text: all(i in text for i in expected), timeout=30)
+        received = [s["span_id"] for s in receiver.spans()]
+    assert sorted(received) == sorted(expected)  # every span, each once
