@@ -123,3 +123,25 @@ def test_trace_without_profile_writes_nothing(tmp_path):
         ci.mark("x", 1)
     assert "notebook-cell" in ci.trace()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_table_filtered_by_name_holds_the_rows_of_that_name():
+    pytest.importorskip("pandas")
+    for _ in ci.epochs(range(2)):
+        for _ in ci.batches(range(3)):
+            ci.mark("loss", 0.5)
+    frame = ci.trace(format="df", name="batch")
+    assert list(frame["name"]) == ["batch"] * 6
+    assert set(frame["depth"]) == {2}  # their depth in the tree: session, epoch, batch
+    whole = ci.trace(format="df")
+    assert len(whole) == 1 + 2 + 6
+
+
+def test_in_a_notebook_the_trace_is_a_collapsible_tree():
+    for _ in ci.epochs(range(1)):
+        with ci.scope("a <b> & c"):
+            ci.mark("loss", 0.5)
+    html = ci.trace()._repr_html_()
+    assert html.count("<details") == 2  # the session and the epoch have children; the scope not
+    assert "a &lt;b&gt; &amp; c" in html and "{loss=0.5}" in html
+    assert str(ci.trace()).splitlines()[0].startswith("cirron.session")
