@@ -30,6 +30,7 @@ TRAIN = """
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = torch.nn.Linear(4, 1)
+    ci.watch(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
     for epoch in range(2):
@@ -184,3 +185,30 @@ def test_export_replays_every_span_exactly_once_across_an_interrupted_replay(
         receiver.wait_for(lambda text: all(i in text for i in expected), timeout=30)
         received = [s["span_id"] for s in receiver.spans()]
     assert sorted(received) == sorted(expected)  # every span, each once
+
+
+def test_export_chrome_writes_trace_events_perfetto_opens(run_directory, tmp_path):
+    directory, _ = run_directory
+    out = tmp_path / "trace.json"
+    result = cirron("export", "--format", "chrome", "-o", str(out), cwd=directory)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())  # strict JSON: no NaN
+    events = document["traceEvents"]
+    for event in events:  # the fields the Trace Event format requires
+        assert {"name", "ph", "pid"} <= set(event)
+        if event["ph"] != "M":
+            assert isinstance(event["ts"], (int, float))
+        if event["ph"] == "X":
+            assert event["dur"] >= 0 and "tid" in event
+        if event["ph"] == "C":
+            assert all(isinstance(v, (int, float)) for v in event["args"].values())
+    kinds = {e["ph"] for e in events}
+    assert kinds == {"X", "C", "i", "M"}
+    names = {e["name"] for e in events if e["ph"] == "X"}
+    assert {"cirron.session", "epoch[0]", "step[0]", "forward"} <= names
+    assert sum(e["ph"] == "C" and e["name"] == "loss" for e in events) == 8  # a counter track
+    assert sum(e["ph"] == "i" and e["name"] == "snapshot" for e in events) == 2
+    (process,) = [e for e in events if e["ph"] == "M" and e["name"] == "process_name"]
+    assert "pid" in process["args"]["name"]
+    missing = cirron("export", "--format", "chrome", cwd=directory)
+    assert missing.returncode == 2 and "-o" in missing.stderr

@@ -4,10 +4,12 @@
 
     cirron show [PATH] [--name N] [--last K] [--rank R] [--format text|json|df-csv]
     cirron export [PATH] --endpoint URL [--protocol http/protobuf|grpc] [--header K=V ...]
+    cirron export [PATH] --format chrome -o trace.json
 
 ``show`` prints the runs of a spool directory (default ``./.cirron``) as
 ``ci.trace()`` does, through the same read-back (:mod:`cirron.readback`):
-one tree per process. ``export`` replays the spool to an OTLP backend with
+one tree per process. ``export --format chrome`` writes Chrome Trace Event
+JSON (Perfetto, ``chrome://tracing``). ``export`` replays the spool to an OTLP backend with
 the official exporter, file by file in bounded batches; the files delivered
 are noted under ``<PATH>/exported/``, so a re-run sends only what was not
 delivered yet. A corrupt or unreadable file is named on stderr and skipped;
@@ -112,7 +114,91 @@ def _exporter(endpoint: str, protocol: str, headers: dict[str, str]) -> Any:
     return HttpExporter(endpoint=url, headers=headers or None)
 
 
+def chrome_events(spans: list[Any]) -> list[dict[str, Any]]:
+    """Chrome Trace Event JSON events: a track per process (rank), spans, marks, snapshots.
+
+    Spans are complete events (``ph: X``) on their process's track; a point
+    mark is a counter track of its own (``ph: C``) in that process; a
+    snapshot is an instant event (``ph: i``) at its epoch's boundary.
+    Times are microseconds since the epoch, as the format wants.
+    """
+    events: list[dict[str, Any]] = []
+    processes: dict[int, str] = {}
+    for span in spans:
+        resource = span.resource.attributes
+        pid = int(resource.get("process.pid", 0))
+        rank = resource.get("cirron.rank")
+        processes[pid] = (
+            f"rank {rank} (pid {pid})"
+            if rank is not None
+            else f"{resource.get('service.name', 'python')} (pid {pid})"
+        )
+        start = span.start_time / 1000
+        end = span.end_time if span.end_time is not None else span.start_time
+        attributes = {k: _plain(v) for k, v in (span.attributes or {}).items()}
+        if span.name == "snapshot":
+            events.append(
+                {"name": "snapshot", "ph": "i", "s": "p", "ts": start, "pid": pid, "tid": 0,
+                 "args": attributes}
+            )  # fmt: skip
+            continue
+        events.append(
+            {"name": span.name + (f"[{attributes['index']}]" if "index" in attributes else ""),
+             "cat": span.name, "ph": "X", "ts": start, "dur": (end - span.start_time) / 1000,
+             "pid": pid, "tid": 0, "args": attributes}
+        )  # fmt: skip
+        for event in span.events:
+            value = (event.attributes or {}).get("value")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                events.append(
+                    {"name": event.name, "ph": "C", "ts": event.timestamp / 1000, "pid": pid,
+                     "args": {event.name: value}}
+                )  # fmt: skip
+    for pid, name in processes.items():
+        events.append(
+            {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
+        )
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "training"}}
+        )
+    events.sort(key=lambda e: (e.get("ts", 0), -e.get("dur", 0)))
+    return events
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, float) and value != value:
+        return "NaN"  # JSON has no NaN
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return str(value)
+    return value
+
+
+def export_chrome(arguments: argparse.Namespace) -> int:
+    files = _files(arguments.path)
+    spans: list[Any] = []
+    for position, (_name, read) in enumerate(_read(files), 1):
+        spans += read
+        _progress(position, len(files), "reading")
+    document = {"traceEvents": chrome_events(spans), "displayTimeUnit": "ms"}
+    with open(arguments.output, "w", encoding="utf-8") as stream:
+        json.dump(document, stream, allow_nan=False)
+    print(
+        f"cirron: {len(spans)} spans written to {arguments.output} "
+        "(open it in https://ui.perfetto.dev or chrome://tracing)",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def export(arguments: argparse.Namespace) -> int:
+    if arguments.format == "chrome":
+        if not arguments.output:
+            raise argparse.ArgumentTypeError("--format chrome needs -o FILE")
+        return export_chrome(arguments)
+    if not arguments.endpoint:
+        raise argparse.ArgumentTypeError("export needs --endpoint URL (or --format chrome -o FILE)")
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     files = _files(arguments.path)
@@ -178,9 +264,12 @@ def parser() -> argparse.ArgumentParser:
 
     exported = commands.add_parser("export", help="replay the spool to an OTLP backend (resumable)")
     exported.add_argument("path", nargs="?", default=default_path, help=path_help)
+    exported.add_argument("--endpoint", help="OTLP endpoint, e.g. http://127.0.0.1:4318")
     exported.add_argument(
-        "--endpoint", required=True, help="OTLP endpoint, e.g. http://127.0.0.1:4318"
-    )
+        "--format", choices=("otlp", "chrome"), default="otlp",
+        help="otlp (replay to --endpoint, the default) or chrome (Chrome Trace Event JSON, -o)",
+    )  # fmt: skip
+    exported.add_argument("-o", "--output", help="the file --format chrome writes")
     exported.add_argument(
         "--protocol", choices=("http/protobuf", "grpc"), default="http/protobuf",
         help="default: http/protobuf",
