@@ -28,4 +28,13 @@ if [ "$profile" = demo ]; then
 else
     "${pip[@]}" install -c constraints.txt -e ".[test]"
 fi
+if [ "$profile" != demo ] && ! command -v chromium >/dev/null 2>&1; then
+    # The report's test opens it in a real browser: Debian's chromium (these machines run as
+    # root; elsewhere, install it yourself and the test finds it).
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing chromium for the browser test ..." >&2
+        { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } ||
+            echo "could not install chromium: the browser test will be skipped" >&2
+    fi
+fi
 echo "$wanted" > "$VENV/.cirron-setup-$profile"

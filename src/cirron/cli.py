@@ -5,6 +5,8 @@
     cirron show [PATH] [--name N] [--last K] [--rank R] [--format text|json|df-csv]
     cirron export [PATH] --endpoint URL [--protocol http/protobuf|grpc] [--header K=V ...]
     cirron export [PATH] --format chrome -o trace.json
+    cirron report [PATH] -o report.html
+    cirron show [PATH] --diagnose
 
 ``show`` prints the runs of a spool directory (default ``./.cirron``) as
 ``ci.trace()`` does, through the same read-back (:mod:`cirron.readback`):
@@ -66,12 +68,23 @@ def _progress(done: int, total: int, what: str) -> None:
 
 
 # -- show ---------------------------------------------------------------------------------------
-def show(arguments: argparse.Namespace) -> int:
-    files = _files(arguments.path)
+def _spans(path: str) -> list[Any]:
+    files = _files(path)
     spans: list[Any] = []
     for position, (_name, read) in enumerate(_read(files), 1):
         spans += read
         _progress(position, len(files), "reading")
+    return spans
+
+
+def show(arguments: argparse.Namespace) -> int:
+    spans = _spans(arguments.path)
+    if arguments.diagnose:
+        from .report import diagnose
+
+        for finding in diagnose(spans):
+            print(finding.text)
+        return 0
     if arguments.rank is not None:
         spans = [s for s in spans if s.resource.attributes.get("cirron.rank") == arguments.rank]
     fmt = {"text": "text", "json": "json", "df-csv": "df"}[arguments.format]
@@ -175,12 +188,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def report(arguments: argparse.Namespace) -> int:
+    from .report import build
+
+    spans = _spans(arguments.path)
+    with open(arguments.output, "w", encoding="utf-8") as stream:
+        stream.write(build(spans, f"cirron run report: {os.path.abspath(arguments.path)}"))
+    print(f"cirron: report of {len(spans)} spans written to {arguments.output}", file=sys.stderr)
+    return 0
+
+
 def export_chrome(arguments: argparse.Namespace) -> int:
-    files = _files(arguments.path)
-    spans: list[Any] = []
-    for position, (_name, read) in enumerate(_read(files), 1):
-        spans += read
-        _progress(position, len(files), "reading")
+    spans = _spans(arguments.path)
     document = {"traceEvents": chrome_events(spans), "displayTimeUnit": "ms"}
     with open(arguments.output, "w", encoding="utf-8") as stream:
         json.dump(document, stream, allow_nan=False)
@@ -260,7 +279,15 @@ def parser() -> argparse.ArgumentParser:
     shown.add_argument(
         "--format", choices=("text", "json", "df-csv"), default="text", help="default: text"
     )
+    shown.add_argument(
+        "--diagnose", action="store_true", help="print the findings of `cirron report` instead"
+    )
     shown.set_defaults(run=show)
+
+    reported = commands.add_parser("report", help="write an offline HTML report of the run(s)")
+    reported.add_argument("path", nargs="?", default=default_path, help=path_help)
+    reported.add_argument("-o", "--output", default="report.html", help="default: report.html")
+    reported.set_defaults(run=report)
 
     exported = commands.add_parser("export", help="replay the spool to an OTLP backend (resumable)")
     exported.add_argument("path", nargs="?", default=default_path, help=path_help)
@@ -294,6 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cirron: {error}", file=sys.stderr)
         return 2
     except SpoolError as error:
+        print(f"cirron: {error}", file=sys.stderr)
+        return 2
+    except ImportError as error:  # an optional dependency (plotly for the report)
         print(f"cirron: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `cirron show | head`

@@ -1,0 +1,118 @@
+"""``cirron report``: the HTML report of real profiled runs, opened in a real browser (Chromium)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+TRAIN = """
+    import torch
+    import cirron as ci
+    ci.profile()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    ci.watch(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    for epoch in ci.epochs(range(3)):
+        for step, (x, y) in enumerate(torch.utils.data.DataLoader(data, batch_size=8)):
+            if epoch == 1 and step == 3:
+                with torch.no_grad():
+                    model[0].weight[0, 0] = float("nan")
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            ci.mark("lr", 0.1)
+        ci.mark("epoch_loss", 0.5 / (epoch + 1), kind="summary")
+"""
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CIRRON_", "OTEL_"))}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """Two ranks of one run, spooled into one directory."""
+    directory = tmp_path_factory.mktemp("report")
+    (directory / "train.py").write_text(textwrap.dedent(TRAIN))
+    for rank in (0, 1):
+        result = subprocess.run(
+            [str(BIN / "python"), "train.py"],
+            cwd=directory,
+            env=environment(RANK=str(rank), CIRRON_RUN_ID="report-run"),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    return directory
+
+
+def cirron(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "cirron"), *arguments], cwd=cwd, env=environment(), capture_output=True,
+        text=True, timeout=180,
+    )  # fmt: skip
+
+
+def test_show_diagnose_prints_the_findings(run):
+    result = cirron("show", "--diagnose", cwd=run)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("rank 0:") and "waiting for data" in line for line in lines)
+    assert any(line.startswith("rank 1:") and "waiting for data" in line for line in lines)
+    assert any(line.startswith("The slowest rank is rank") for line in lines)
+    assert any("snapshot of epoch 1 is the first with NaN or Inf" in line for line in lines)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="needs Debian's chromium (scripts/setup.sh installs it)"
+)
+def test_the_report_opens_offline_in_a_browser_with_its_charts_and_findings(run, tmp_path):
+    report = tmp_path / "report.html"
+    result = cirron("report", "-o", str(report), cwd=run)
+    assert result.returncode == 0, result.stderr
+    text = report.read_text()
+    after_bundle = text.split("</script>", 1)[1]  # plotly.js is inlined first
+    assert not re.search(r"<script[^>]*\ssrc=|<link", after_bundle)  # nothing fetched
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        "--virtual-time-budget=10000",
+    ]  # fmt: skip
+    dom = subprocess.run(
+        [CHROMIUM, *flags, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+         report.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    # Plotly drew the charts in the browser: each one a plot container with SVG inside.
+    charts = re.findall(r'<div id="([\w-]+)-chart" class="plotly-graph-div[^"]*js-plotly-plot', dom)
+    assert {"step-times", "stalls", "breakdown", "mark-0", "norms", "histograms"} <= set(charts)
+    assert dom.count('class="main-svg"') >= 2 * len(charts)
+    findings = re.search(r"<ul id=\"findings\">(.*?)</ul>", dom, re.S)
+    assert findings is not None and "snapshot of epoch 1" in findings.group(1)
+    assert 'href="#step-times"' in findings.group(1)
+    assert '<table id="summary">' in dom and "epoch_loss" in dom
+    screenshot = tmp_path / "report.png"
+    subprocess.run(
+        [CHROMIUM, *flags, f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1200,2400",
+         f"--screenshot={screenshot}", report.as_uri()],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert screenshot.stat().st_size > 10_000
