@@ -216,3 +216,22 @@ def epoch_batches(spans: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]
         batches = children(spans, epoch, "batch")
         result[attribute(epoch, "index")] = sorted(batches, key=lambda s: attribute(s, "index"))
     return result
+
+
+# A tiny BERT trained by the HF Trainer for 2 epochs of 2 steps, no download: the body of the
+# scripts that run it in a subprocess (they add their own first lines: profiling, imports).
+HF_TINY_TRAINER = """
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = BertForSequenceClassification(BertConfig(
+    vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    intermediate_size=32, max_position_embeddings=16, num_labels=2))
+data = [{"input_ids": torch.randint(0, 50, (8,)), "labels": torch.tensor(i % 2)} for i in range(8)]
+args = TrainingArguments(output_dir="out", num_train_epochs=2, per_device_train_batch_size=4,
+                         report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+                         logging_strategy="epoch")
+Trainer(model=model, args=args, train_dataset=data).train()
+print("TRAINED")
+"""

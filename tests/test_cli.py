@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cirron.exporters import spool_files, spool_spans
+from support import HF_TINY_TRAINER
 
 try:
     from otlp_receiver import OtlpReceiver
@@ -214,27 +215,11 @@ def test_export_chrome_writes_trace_events_perfetto_opens(run_directory, tmp_pat
     assert missing.returncode == 2 and "-o" in missing.stderr
 
 
-HF_TRAIN = """
-    import torch
-    import cirron as ci
-    ci.profile()
-    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=16, num_labels=2))
-    data = [{"input_ids": torch.randint(0, 50, (8,)), "labels": torch.tensor(i % 2)}
-            for i in range(8)]
-    args = TrainingArguments(output_dir="out", num_train_epochs=2, per_device_train_batch_size=4,
-                             report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
-                             logging_strategy="epoch")
-    Trainer(model=model, args=args, train_dataset=data).train()
-"""
+HF_TRAIN = "import cirron as ci\nci.profile()\n" + HF_TINY_TRAINER
 
 
 def test_an_hf_trainer_spool_shows_and_reports(tmp_path):
-    (tmp_path / "train.py").write_text(textwrap.dedent(HF_TRAIN))
+    (tmp_path / "train.py").write_text(HF_TRAIN)
     result = subprocess.run(
         [str(BIN / "python"), "train.py"], cwd=tmp_path, env=environment(),
         capture_output=True, text=True, timeout=300,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cirron.exporters import spool_spans
+from support import HF_TINY_TRAINER
 
 try:
     from otlp_receiver import OtlpReceiver
@@ -169,21 +170,7 @@ def test_cirron_enabled_false_turns_the_zero_code_profiler_off(tmp_path):
     assert not (tmp_path / ".cirron").exists()
 
 
-HF_SCRIPT = """
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=16, num_labels=2))
-    data = [{"input_ids": torch.randint(0, 50, (8,)), "labels": torch.tensor(i % 2)}
-            for i in range(8)]
-    args = TrainingArguments(output_dir="out", num_train_epochs=2, per_device_train_batch_size=4,
-                             report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True)
-    Trainer(model=model, args=args, train_dataset=data).train()
-    print("TRAINED")
-"""
+HF_SCRIPT = HF_TINY_TRAINER
 
 
 def test_an_hf_trainer_script_zero_code_gives_the_trainers_tree(tmp_path):

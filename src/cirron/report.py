@@ -90,6 +90,15 @@ class Run:
             parent = above.parent
         return None
 
+    def snapshots(self) -> list[tuple[Any, Any]]:
+        """(epoch index or None, snapshot span) of every snapshot, in start order."""
+        found = []
+        for span in sorted(self.spans, key=lambda s: s.start_time):
+            if span.name == "snapshot":
+                epoch = self.epoch_of(span)
+                found.append(((epoch.attributes or {}).get("index") if epoch else None, span))
+        return found
+
     def waiting(self, step: Any) -> float:
         """Milliseconds of ``step`` spent fetching data (its ``data_load`` children)."""
         total = sum(
@@ -178,11 +187,7 @@ def diagnose(spans: list[Any]) -> list[Finding]:
 
 def _first_non_finite(run: Run) -> tuple[Any, str, str] | None:
     found = []
-    for span in run.spans:
-        if span.name != "snapshot":
-            continue
-        epoch = run.epoch_of(span)
-        index = (epoch.attributes or {}).get("index") if epoch is not None else None
+    for index, span in run.snapshots():
         for event in span.events:
             attributes = event.attributes or {}
             if attributes.get("nan_count", 0) or attributes.get("inf_count", 0):
@@ -268,11 +273,7 @@ def _mark_charts(run: Run, go: Any) -> list[tuple[str, str, Any]]:
 def _snapshot_charts(run: Run, go: Any) -> list[tuple[str, str, Any]]:
     norms: dict[tuple[str, str], tuple[list[Any], list[float]]] = {}
     latest: dict[str, tuple[Any, Any]] = {}  # tensor -> (epoch index, event)
-    for span in sorted(run.spans, key=lambda s: s.start_time):
-        if span.name != "snapshot":
-            continue
-        epoch = run.epoch_of(span)
-        index = (epoch.attributes or {}).get("index") if epoch is not None else None
+    for index, span in run.snapshots():
         for event in span.events:
             attributes = event.attributes or {}
             kind = attributes.get("kind", "weight")
