@@ -45,6 +45,20 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module")
+def receiver(tmp_path_factory):
+    """A real OTLP receiver (rotel) for the tests of one module; stopped, for sure, after them."""
+    from otlp_receiver import OtlpReceiver
+
+    rotel = OtlpReceiver(str(tmp_path_factory.mktemp("rotel")))
+    rotel.start()
+    try:
+        yield rotel
+    finally:
+        rotel.stop()
+        assert rotel.process is None
+
+
 def _reset() -> None:
     import cirron.profiler
 

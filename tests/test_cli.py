@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cirron.exporters import spool_files, spool_spans
-from support import HF_TINY_TRAINER
+from support import HF_TINY_TRAINER, clean_environment
 
 try:
     from otlp_receiver import OtlpReceiver
@@ -47,12 +47,6 @@ TRAIN = """
 """
 
 
-def environment(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CIRRON_", "OTEL_"))}
-    env.update(extra)
-    return env
-
-
 def profiled_run(directory: Path, **extra: str) -> str:
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / "train.py"
@@ -60,7 +54,7 @@ def profiled_run(directory: Path, **extra: str) -> str:
     result = subprocess.run(
         [str(BIN / "python"), str(script)],
         cwd=directory,
-        env=environment(**extra),
+        env=clean_environment(**extra),
         capture_output=True,
         text=True,
         timeout=180,
@@ -73,7 +67,7 @@ def cirron(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(BIN / "cirron"), *arguments],
         cwd=cwd,
-        env=environment(),
+        env=clean_environment(),
         capture_output=True,
         text=True,
         timeout=180,
@@ -221,7 +215,7 @@ HF_TRAIN = "import cirron as ci\nci.profile()\n" + HF_TINY_TRAINER
 def test_an_hf_trainer_spool_shows_and_reports(tmp_path):
     (tmp_path / "train.py").write_text(HF_TRAIN)
     result = subprocess.run(
-        [str(BIN / "python"), "train.py"], cwd=tmp_path, env=environment(),
+        [str(BIN / "python"), "train.py"], cwd=tmp_path, env=clean_environment(),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

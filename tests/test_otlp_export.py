@@ -158,17 +158,6 @@ def _strict_json(text: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def receiver(tmp_path_factory):
-    rotel = OtlpReceiver(str(tmp_path_factory.mktemp("rotel")))
-    rotel.start()
-    try:
-        yield rotel
-    finally:
-        rotel.stop()
-        assert rotel.process is None
-
-
-@pytest.fixture(scope="module")
 def nan_run(tmp_path_factory):
     """A run with a NaN loss and no OTLP endpoint: spool files only."""
     return _train(tmp_path_factory.mktemp("nan-run"), nan=True, run_id=f"spool-{uuid.uuid4()}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -11,6 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from support import clean_environment
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -40,12 +41,6 @@ TRAIN = """
 """
 
 
-def environment(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CIRRON_", "OTEL_"))}
-    env.update(extra)
-    return env
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     """Two ranks of one run, spooled into one directory."""
@@ -55,7 +50,7 @@ def run(tmp_path_factory) -> Path:
         result = subprocess.run(
             [str(BIN / "python"), "train.py"],
             cwd=directory,
-            env=environment(RANK=str(rank), CIRRON_RUN_ID="report-run"),
+            env=clean_environment(RANK=str(rank), CIRRON_RUN_ID="report-run"),
             capture_output=True,
             text=True,
             timeout=180,
@@ -66,7 +61,7 @@ def run(tmp_path_factory) -> Path:
 
 def cirron(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN / "cirron"), *arguments], cwd=cwd, env=environment(), capture_output=True,
+        [str(BIN / "cirron"), *arguments], cwd=cwd, env=clean_environment(), capture_output=True,
         text=True, timeout=180,
     )  # fmt: skip
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import support
 from cirron.exporters import spool_spans
 from support import HF_TINY_TRAINER
 
@@ -47,13 +48,11 @@ PROFILED_LOOP = "import cirron as ci\nci.profile()\n" + textwrap.dedent(TORCH_LO
 
 
 def clean_environment(**extra: str) -> dict[str, str]:
-    environment = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("CIRRON_", "OTEL_", "TORCHELASTIC_")) and k != "TRACEPARENT"
-    }
-    environment.update(OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none", **extra)
-    return environment
+    """No OTEL_/CIRRON_/torchrun variables of ours; no metrics or logs exported."""
+    environment = support.clean_environment(
+        OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none", **extra
+    )
+    return {k: v for k, v in environment.items() if not k.startswith("TORCHELASTIC_")}
 
 
 def run(directory: Path, code: str, *, instrument: bool, **extra: str) -> str:
@@ -88,16 +87,6 @@ def tree(spans: list[dict]) -> Counter:
     """(name, parent's name) of every span: the shape of a run."""
     names = {s["spanId"]: s["name"] for s in spans}
     return Counter((s["name"], names.get(s.get("parentSpanId", ""))) for s in spans)
-
-
-@pytest.fixture(scope="module")
-def receiver(tmp_path_factory):
-    rotel = OtlpReceiver(str(tmp_path_factory.mktemp("rotel")))
-    rotel.start()
-    try:
-        yield rotel
-    finally:
-        rotel.stop()
 
 
 @pytest.fixture(scope="module")
