@@ -41,7 +41,7 @@ def _format(value: float | None, unit: str) -> str:
     if unit == "us":
         return f"{value / 1000:.2f} us"
     if unit == "%":
-        return f"{value:.1f} %"
+        return f"{value:.2f} %"
     if unit == "calls":
         return f"{value:.0f} calls"
     return f"{value:.2f} {unit}"

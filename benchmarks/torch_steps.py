@@ -7,7 +7,7 @@
   grow with the number of submodules (only the outermost call is a span).
   That time is noisy (the deep model's step is mostly Python), so the same
   claim is also counted exactly: the Python and C calls the hooks add to a
-  step (``sys.setprofile``), for both models.
+  step (``sys.setprofile``), for both models and for the MLP step.
 
 :func:`measure` runs in fresh processes under this package and under the
 reference SDK alike (:func:`benchmarks.reference.call_snippet`), ours and the
@@ -29,32 +29,62 @@ from . import reference
 from .table import Row, half_iqr
 
 
-def _mlp_case() -> Callable[[int], None]:
+def _loader_loop(model: Any, inputs: Any, labels: Any, batch: int) -> Callable[[int], None]:
+    """``run(steps)``: SGD steps of ``model`` over a DataLoader of the data, as many as asked."""
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
-    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    data = TensorDataset(torch.randn(64 * 8, 512), torch.randint(0, 10, (64 * 8,)))
-    loader = DataLoader(data, batch_size=64)
+    loader = DataLoader(TensorDataset(inputs, labels), batch_size=batch)
 
     def run(steps: int) -> None:
         done = 0
         while done < steps:
-            for inputs, labels in loader:
+            for x, y in loader:
                 optimizer.zero_grad()
-                loss_fn(model(inputs), labels).backward()
+                loss_fn(model(x), y).backward()
                 optimizer.step()
                 done += 1
                 if done == steps:
                     break
 
     return run
+
+
+def _mlp_case() -> Callable[[int], None]:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+    )
+    return _loader_loop(model, torch.randn(64 * 8, 512), torch.randint(0, 10, (64 * 8,)), 64)
+
+
+def _conv_case() -> Callable[[int], None]:
+    """A realistic step: a small conv net on 32x32 images, batch 32 (15-25 ms on one thread)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
+    images = torch.randn(32 * 8, 3, 32, 32)
+    return _loader_loop(model, images, torch.randint(0, 10, (32 * 8,)), 32)
 
 
 def _deep_case(blocks: int) -> Callable[[int], None]:
@@ -86,9 +116,14 @@ def _time(case: Callable[[int], None], steps: int) -> float:
 
 
 def _interleaved(
-    cases: dict[str, Callable[[int], None]], steps: int, rounds: int
+    cases: dict[str, Callable[[int], None]],
+    steps: int,
+    rounds: int,
+    steps_of: dict[str, int] | None = None,
 ) -> dict[str, tuple[list[float], list[float]]]:
     """Per case: (bare ns/step samples, instrumented ns/step samples).
+
+    ``steps_of``: fewer steps a half for a case whose steps are long.
 
     Many short pairs, bare and instrumented back to back in alternating order,
     so the machine's drift (a noisy neighbour, frequency changes) hits both
@@ -102,7 +137,7 @@ def _interleaved(
                 if instrumented:
                     ci.profile(output="none", frameworks=["torch"])
                 case(2)  # the first steps after profile() pay for first calls
-                samples[name][instrumented].append(_time(case, steps))
+                samples[name][instrumented].append(_time(case, (steps_of or {}).get(name, steps)))
             ci.shutdown()
     return samples
 
@@ -112,10 +147,16 @@ def measure(steps: int, rounds: int) -> dict[str, tuple[list[float], list[float]
     import torch
 
     torch.set_num_threads(1)
-    cases = {"mlp": _mlp_case(), "deep400": _deep_case(200), "deep4": _deep_case(2)}
+    cases = {
+        "mlp": _mlp_case(),
+        "deep400": _deep_case(200),
+        "deep4": _deep_case(2),
+        "conv": _conv_case(),
+    }
     for case in cases.values():  # warm-up: allocator, first-call paths
         case(5)
-    return _interleaved(cases, steps, rounds)
+    # The conv step is ~10x the MLP's: a tenth of the steps keeps the pairs as short.
+    return _interleaved(cases, steps, rounds, {"conv": max(2, steps // 10)})
 
 
 def _calls_per_step(case: Callable[[int], None], steps: int = 10) -> float:
@@ -136,11 +177,11 @@ def _calls_per_step(case: Callable[[int], None], steps: int = 10) -> float:
 
 
 def count_calls() -> dict[str, list[float]]:
-    """Per deep case: [calls per step bare, calls per step instrumented]; runs in a subprocess."""
+    """Per case: [calls per step bare, calls per step instrumented]; runs in a subprocess."""
     import torch
 
     torch.set_num_threads(1)
-    cases = {"deep400": _deep_case(200), "deep4": _deep_case(2)}
+    cases = {"mlp": _mlp_case(), "deep400": _deep_case(200), "deep4": _deep_case(2)}
     counts: dict[str, list[float]] = {}
     for name, case in cases.items():
         case(5)
@@ -194,11 +235,11 @@ def run(quick: bool = False) -> list[Row]:
         bare, instrumented = counts[0][name]
         return instrumented - bare
 
-    def step(figures: _Figures) -> float:
-        return figures.bare("mlp") + figures.added("mlp")
+    def step(figures: _Figures, name: str = "mlp") -> float:
+        return figures.bare(name) + figures.added(name)
 
-    def share(figures: _Figures) -> float:
-        return 100 * figures.added("mlp") / figures.bare("mlp")
+    def share(figures: _Figures, name: str = "mlp") -> float:
+        return 100 * figures.added(name) / figures.bare(name)
 
     return [
         Row(
@@ -220,6 +261,24 @@ def run(quick: bool = False) -> list[Row]:
             spread=100 * (ours.spread("mlp") or 0.0) / ours.bare("mlp"),
         ),
         Row(
+            "conv net step (10-50 ms)",
+            step(ours, "conv"),
+            "same step, no hooks",
+            ours.bare("conv"),
+            "us",
+            step(theirs, "conv") if theirs else None,
+            spread=ours.spread("conv"),
+        ),
+        Row(
+            "  added by the hooks",
+            share(ours, "conv"),
+            "",
+            None,
+            "%",
+            share(theirs, "conv") if theirs else None,
+            spread=100 * (ours.spread("conv") or 0.0) / ours.bare("conv"),
+        ),
+        Row(
             "added per step, 401 modules",
             ours.added("deep400"),
             "added per step, 5 modules",
@@ -227,6 +286,14 @@ def run(quick: bool = False) -> list[Row]:
             "us",
             theirs.added("deep400") if theirs else None,
             spread=ours.spread("deep400"),
+        ),
+        Row(
+            "calls added per MLP step",
+            calls_added(ours_calls, "mlp") or 0.0,
+            "calls per step, no hooks",
+            ours_calls[0]["mlp"][0] if ours_calls else None,
+            "calls",
+            calls_added(reference_calls, "mlp"),
         ),
         Row(
             "calls added per step, 401 modules",

@@ -916,7 +916,8 @@ def broken(*args, **kwargs):
 @pytest.mark.parametrize(
     "owner, attribute",
     [
-        (TorchLoop, "training_work"),
+        (TorchLoop, "backward_done"),
+        (TorchLoop, "optimizer_stepping"),
         (TorchLoop, "training_fetch"),
         (TorchLoop, "optimizer_stepped"),
         (cirron.training, "begin_step"),

@@ -25,8 +25,10 @@ import threading
 from types import CodeType, FrameType
 
 Ranges = tuple[tuple[int, int], ...]
-# skip -> code -> the (start, end) offsets of its loops; () for code of the skipped packages.
-_loops: dict[tuple[str, ...], dict[CodeType, Ranges]] = {}
+# skip -> id of a code object -> (that code, the (start, end) offsets of its loops; () for code
+# of the skipped packages). By id: hashing a code object hashes its bytecode and constants,
+# every time (Python caches no code hash), which cost more than the rest of a step's lookups.
+_loops: dict[tuple[str, ...], dict[int, tuple[CodeType, Ranges]]] = {}
 _lock = threading.Lock()
 MAX_DEPTH = 64  # frames walked outwards at most
 
@@ -53,20 +55,45 @@ def _loops_of(frame: FrameType, skip: tuple[str, ...]) -> Ranges:
                     ends[target] = max(ends.get(target, target), instruction.offset)
         found = tuple(sorted(ends.items()))
     with _lock:
-        _loops.setdefault(skip, {})[code] = found
+        # The code is kept alive with its entry, so its id is never another's meanwhile.
+        _loops.setdefault(skip, {})[id(code)] = (code, found)
     return found
+
+
+# The last answer of position(), per skip: (the code of the frame it started from, the bytecode
+# offset its caller was at, the answer). A loop asks from the same place at every step.
+_last: dict[tuple[str, ...], tuple[CodeType, int, LoopPosition]] = {}
 
 
 def position(frame: FrameType | None, skip: tuple[str, ...]) -> LoopPosition | None:
     """The innermost loop around ``frame``'s current point, outside the ``skip`` packages.
 
-    Runs once per step: each code object is analysed once, then looked up.
+    Runs once per step: each code object is analysed once, then looked up,
+    and when the step ends where the last one did (the same frame calling
+    from the same point) the last answer is given again without a walk.
     """
+    last = _last.get(skip)
+    if last is not None and frame is not None and frame.f_code is last[0]:
+        caller, found = frame.f_back, last[2]
+        if caller is not None and id(caller) == found[0] and caller.f_code is found[1]:
+            if caller.f_lasti == last[1]:
+                return found
+    found_here = _walk(frame, skip)
+    if found_here is not None and frame is not None and frame.f_back is not None:
+        caller = frame.f_back
+        if id(caller) == found_here[0]:  # the loop is in the caller: the next step may reuse it
+            _last[skip] = (frame.f_code, caller.f_lasti, found_here)
+    return found_here
+
+
+def _walk(frame: FrameType | None, skip: tuple[str, ...]) -> LoopPosition | None:
+    """:func:`position`, walking out from ``frame``."""
     loops = _loops[skip] if skip in _loops else {}
     depth = 0
     while frame is not None and depth < MAX_DEPTH:
         code = frame.f_code
-        ranges = loops[code] if code in loops else _loops_of(frame, skip)
+        known = loops.get(id(code))
+        ranges = known[1] if known is not None and known[0] is code else _loops_of(frame, skip)
         if ranges:
             at = frame.f_lasti
             best = None

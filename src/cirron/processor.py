@@ -9,6 +9,11 @@ thread and a bounded queue, so a slow or hung exporter (an OTLP endpoint that
 never answers) only ever delays itself, never the spool, the flush thread or
 training.
 
+Hook spans noted as timestamps (:mod:`cirron.hook_spans`) wait in
+:attr:`RingBufferSpanProcessor.noted` and are built by the flush thread
+(:meth:`~RingBufferSpanProcessor.build_noted`), off the training thread; every
+drain (a flush, ``ci.trace()``, shutdown, a signal) builds them first.
+
 After ``fork()`` the child keeps the parent's objects but none of its threads:
 the processor in the child drops the inherited ring and records nothing, so a
 DataLoader worker neither deadlocks nor exports the parent's spans again.
@@ -33,6 +38,8 @@ from .store import TraceStore
 
 _MAX_ROOM_WAIT = 0.25  # seconds the training thread gives a flush thread that is behind
 _MAX_DEFER_SECONDS = 10.0  # how long a span may wait for a deferred attribute
+NOTED_WAKE_AT = 1024  # noted hook spans that wake the flush thread early
+NOTED_LIMIT = 65536  # noted hook spans past which the training thread builds them itself
 _live_processors: weakref.WeakSet[RingBufferSpanProcessor] = weakref.WeakSet()
 
 
@@ -47,7 +54,9 @@ class RingBufferSpanProcessor(SpanProcessor):
         capacity: int,
         flush_interval: float,
         exit_timeout: float,
+        background: bool = False,
     ) -> None:
+        """``background``: run the flush thread even with no sinks, to build noted spans."""
         self.store = store
         self._open_spans = store.open
         self.sinks = list(sinks)
@@ -56,6 +65,9 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._started = health.started
         self._ended = health.ended
         self._ring: collections.deque[ReadableSpan] = collections.deque()
+        # Hook spans that ended, as ScopeSpan.finished's arguments: built on the flush
+        # thread. None when there is no flush thread: hook spans are then built at once.
+        self.noted: collections.deque[tuple[Any, ...]] | None = None
         self._waiting: list[Any] = []  # drained, but waiting for a deferred attribute
         self._wake_at = max(1, capacity // 2)
         self._interval = flush_interval
@@ -67,7 +79,8 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._stopped = False
         self._pid = os.getpid()
         self._thread: threading.Thread | None = None
-        if self.sinks:
+        if self.sinks or background:
+            self.noted = collections.deque()
             self._thread = threading.Thread(target=self._run, name="cirron-flush", daemon=True)
             self._thread.start()
         _live_processors.add(self)
@@ -98,6 +111,41 @@ class RingBufferSpanProcessor(SpanProcessor):
         if len(ended) == store.capacity:
             next(store.evictions)
         ended.append(span)
+
+    def on_start_and_end(self, span: ScopeSpan, parent_context: Any = None) -> None:
+        """``on_start`` and ``on_end`` at once, for a span built after it ended (a hook span)."""
+        if self._stopped:
+            return
+        next(self._started)
+        next(self._ended)
+        if self.sinks:
+            self._enqueue(span, wait=True)
+        store = self.store
+        ended = store.ended_deque
+        if len(ended) == store.capacity:
+            next(store.evictions)
+        ended.append(span)
+
+    def noted_many(self) -> None:
+        """Many hook spans wait to be built: wake the flush thread, or build them here."""
+        noted = self.noted
+        if noted is not None and len(noted) < NOTED_LIMIT and not self._stopped:
+            self._wakeup.set()
+        else:  # the flush thread is far behind (or gone): the training thread catches up
+            self.build_noted()
+
+    def build_noted(self) -> None:
+        """Build the noted hook spans (any thread; each is built once)."""
+        noted = self.noted
+        while noted:
+            try:
+                record = noted.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            try:
+                ScopeSpan.finished(*record)
+            except Exception as error:  # noqa: BLE001 - one bad span must not stop the rest
+                self._health.failed("building hook spans", error, "export_errors")
 
     def _make_room(self) -> bool:
         """The ring is full: spans come faster than the flush thread exports them.
@@ -196,6 +244,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         # thread holding it may be the one the signal froze.
         locked = self._drain_lock.acquire(timeout=lock_timeout)
         try:
+            self.build_noted()
             ring = self._ring
             batch = self._waiting
             while ring:
@@ -256,6 +305,8 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._stopped = True
         self._ring = collections.deque()
         self._waiting = []
+        if self.noted is not None:
+            self.noted.clear()  # in place: the recorder holds the same queue
         self._drain_lock = threading.RLock()
         self._restart_lock = threading.Lock()
         self.sinks = []

@@ -16,6 +16,7 @@ from opentelemetry.trace import Status, StatusCode, get_current_span
 from . import config as config_module
 from . import (
     exporters,
+    hook_spans,
     lifecycle,
     provider,
     readback,
@@ -96,6 +97,7 @@ class Profiler:
             settings.buffer_size,
             settings.flush_interval,
             settings.exit_timeout,
+            background=True,  # hook spans are built on its thread, also with no sinks
         )
         span_provider.add_span_processor(processor)
         self._provider = span_provider
@@ -151,6 +153,7 @@ class Profiler:
         processor = self.recorder.processor
         if processor is not None and not self._closed:
             processor.ensure_running()  # a dead flush or sink thread is restarted
+            processor.build_noted()  # counted as started and ended once built
         report = self.recorder.health.snapshot()
         store = self.recorder.store
         spool = next((w.exporter for w in self.workers if w.name == "spool"), None)
@@ -231,6 +234,7 @@ class Profiler:
         processor = self.recorder.processor
         if store is None:
             return
+        hook_spans.build_open()  # a forward still running gets its span, ended below
         session_span = self.recorder.session
         open_spans = [span for span in reversed(store.open_spans()) if span is not session_span]
         if session and session_span is not None:
@@ -263,6 +267,7 @@ class Profiler:
     def _mark_failed(self, error: BaseException) -> None:
         """Record ``error`` on every span still open (shutdown then ends them)."""
         store = self.recorder.store
+        hook_spans.build_open()
         for span in store.open_spans() if store is not None else ():
             if span.is_recording():
                 close_with_error(span, error)

@@ -253,10 +253,17 @@ def render(
     _check(format, name, last)
     if rec is None or rec.store is None:
         return _render([], [], format, name, last, single=True)
-    spans = rec.store.ended_spans() + rec.store.open_spans()
+    if rec.processor is not None:
+        rec.processor.build_noted()  # hook spans still waiting for the flush thread
+    # In the order they ended (hook spans built on the flush thread reach the store late).
+    spans = sorted(rec.store.ended_spans(), key=_end_time) + rec.store.open_spans()
     root_id = _hex(rec.session.context.span_id) if rec.session is not None else None
     roots, pairs = _tree(spans, root_id)
     return _render(roots, pairs, format, name, last, single=True, evicted=rec.store.evicted)
+
+
+def _end_time(span: Any) -> int:
+    return span.end_time if span.end_time is not None else 2**63
 
 
 def render_spans(
@@ -268,7 +275,7 @@ def render_spans(
     process), even with ``name=`` and ``last=`` unset.
     """
     _check(format, name, last)
-    ended = sorted(spans, key=lambda span: span.end_time if span.end_time is not None else 2**63)
+    ended = sorted(spans, key=_end_time)
     roots, pairs = _tree(ended, None)
     return _render(roots, pairs, format, name, last, single=False)
 

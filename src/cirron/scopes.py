@@ -41,6 +41,7 @@ _time_ns = time.time_ns
 _enclosing = training_state.enclosing  # spans an epoch or step opened inside (mutated in place)
 _completed = training_state.completed  # [span of a completed step whose loop may be left, loop]
 _hooks = training_state.hooks
+_open_hook_spans = training_state.open_hook_spans  # noted hook spans (cirron.hook_spans)
 
 
 _context_var = context_variable()  # the OTel context, without the API's layers
@@ -79,6 +80,8 @@ class Scope:
         if not rec.enabled:
             self.span = None
             return self
+        if _open_hook_spans:  # inside a hook's call (a forward): its span is built first
+            _hooks.build_hook_spans()
         previous = _context_var.get()
         depth = previous.get(_DEPTH_KEY, 0)  # recorded scopes around this one, here
         if depth >= MAX_SCOPE_DEPTH:
@@ -203,6 +206,8 @@ def open_on(
     rec: Any, name: str, attributes: dict[str, Any], start_ns: int | None
 ) -> tuple[Any, Any, Any]:
     """Start a span on recorder ``rec`` and make it current; returns what :func:`close_span` needs."""
+    if _open_hook_spans:
+        _hooks.build_hook_spans()
     previous = _context_var.get()
     span = _start_span(rec, name, attributes, start_ns, previous)
     return span, _context_var.set(Context({**previous, SPAN_KEY: span})), previous
@@ -261,20 +266,10 @@ def close_span(opened: tuple[Any, Any, Any], error: BaseException | None = None)
             _context_var.set(previous)
 
 
-def record_span(name: str, attributes: dict[str, Any], start_ns: int) -> None:
-    """A span that already happened (from ``start_ns`` to now), under the current span.
-
-    For hooks that learn of a region once it is over (a DataLoader fetch): no
-    context is attached, since nothing can run inside it any more.
-    """
-    rec = recorder.current or recorder.active()
-    if not rec.enabled:
-        return
-    _start_span(rec, name, attributes, start_ns, _context_var.get()).end()
-
-
 def current_span() -> Any:
     """The current span of this thread/task in the OTel context (None if there is none)."""
+    if _open_hook_spans:
+        _hooks.build_hook_spans()
     return _context_var.get().get(SPAN_KEY)
 
 
@@ -319,6 +314,8 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
         if kind not in MARK_KINDS:
             raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
         return
+    if _open_hook_spans:
+        _hooks.build_hook_spans()
     span = _context_var.get().get(SPAN_KEY)
     if span is _completed[0] and span is not None:
         _hooks.loop_check()  # a mark after the training loop is not its step's

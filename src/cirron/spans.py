@@ -100,12 +100,39 @@ class TracerState:
         self.new_trace_id = generator.generate_trace_id
         self.random_ids = generator is ids.ID_GENERATOR
         self._generate_span_id = generator.generate_span_id
+        self._handlers_for: Any = None  # the processors tuple _whole_handlers was made for
+        self._handlers: tuple[Any, ...] = ()
 
     def new_span_id(self) -> int:
         span_id = self._generate_span_id()
         while span_id == 0:  # the invalid id
             span_id = self._generate_span_id()
         return span_id
+
+    def whole_handlers(self) -> tuple[Any, ...]:
+        """Per processor, what hands it a span that started and ended at once.
+
+        A processor with ``on_start_and_end(span, parent_context)`` (cirron's
+        own) does both in one call; any other gets ``on_start`` then ``on_end``.
+        Remade when a processor is added (the provider replaces its tuple).
+        """
+        processors = self.processors._span_processors
+        if processors is not self._handlers_for:
+            self._handlers = tuple(_whole_handler(p) for p in processors)
+            self._handlers_for = processors
+        return self._handlers
+
+
+def _whole_handler(processor: Any) -> Any:
+    both = getattr(processor, "on_start_and_end", None)
+    if both is not None:
+        return both
+
+    def start_and_end(span: Any, parent_context: Any) -> None:
+        processor.on_start(span, parent_context)
+        processor.on_end(span)
+
+    return start_and_end
 
 
 def lean_path_possible(provider: Any) -> bool:
@@ -159,6 +186,41 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         self._start_time = start_time if start_time is not None else _time_ns()
         for processor in state.processors._span_processors:
             processor.on_start(self, parent_context)
+
+    @classmethod
+    def finished(
+        cls,
+        name: str,
+        parent: ScopeSpan,
+        attributes: dict[str, Any],
+        parent_context: Any,
+        start_time: int,
+        end_time: int,
+        deferred: tuple[str, Any] | None = None,
+    ) -> ScopeSpan:
+        """A child of ``parent`` that already ended, handed to the processors at once.
+
+        For hook spans noted as timestamps (:mod:`cirron.hook_spans`): the same
+        span ``__init__`` then ``end()`` would make, for half the calls.
+        ``deferred``: an attribute known only later (see :meth:`defer_attribute`).
+        """
+        span = cls.__new__(cls)
+        state = parent._state
+        span._name = name
+        span._trace_id = parent._trace_id
+        span._span_id = (
+            (_random_bits(64) or state.new_span_id()) if state.random_ids else state.new_span_id()
+        )
+        span._parent_span = parent
+        span._attributes = attributes
+        span._state = state
+        span._start_time = start_time
+        if deferred is not None:
+            span._deferred = [deferred]
+        span._end_time = end_time
+        for handler in state.whole_handlers():
+            handler(span, parent_context)
+        return span
 
     # -- lazily built, cached on first use -------------------------------------
     def __getattr__(self, name: str) -> Any:

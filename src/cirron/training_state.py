@@ -85,6 +85,9 @@ enclosing: set[Any] = set()
 # the loop that repeats the steps), to check at the next mark or scope whether the program
 # has left that loop; [None, None] when there is nothing to check.
 completed: list[Any] = [None, None]
+# Hook spans noted but not built yet (cirron.hook_spans), any thread: a scope or mark has the
+# ones of its thread built first. Mutated in place, never rebound; empty between hook calls.
+open_hook_spans: list[Any] = []
 
 
 def _nothing(*_args: Any) -> None:
@@ -93,10 +96,12 @@ def _nothing(*_args: Any) -> None:
 
 @dataclass
 class Hooks:
-    """What the scope code calls into :mod:`cirron.training` for (set when it is imported)."""
+    """What the scope code calls into :mod:`cirron.training` and :mod:`cirron.hook_spans` for
+    (each set when its module is imported)."""
 
     enclosing_end: Callable[[Any], None] = _nothing  # a span in `enclosing` is ending
     loop_check: Callable[[], None] = _nothing  # a mark or scope in the `completed` step
+    build_hook_spans: Callable[[], None] = _nothing  # something nests in `open_hook_spans`
 
 
 hooks = Hooks()

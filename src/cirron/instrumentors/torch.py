@@ -37,9 +37,9 @@ import time
 import weakref
 from typing import Any
 
-from .. import loops, recorder, training
+from .. import hook_spans, loops, recorder, training
 from ..guard import guarded
-from ..scopes import close_span, open_on, record_span
+from ..hook_spans import HookSpan
 from . import FrameworkInstrumentor
 from .torch_steps import TORCH, TorchLoop
 
@@ -60,7 +60,7 @@ _last_loader: list[Any] = [None, None]  # (iterator, kind): most fetches come fr
 # eval mode from a validation run when the first batch is fetched (HF Trainer
 # fetches a step's batches before it calls model.train()).
 _training_samplers: weakref.WeakSet[Any] = weakref.WeakSet()
-_optimizer_spans: dict[int, tuple[Any, Any]] = {}
+_optimizer_spans: dict[int, HookSpan] = {}
 _cuda: list[Any] = [None]  # torch.cuda once attached: its _initialized flag says CUDA is in use
 _grad_enabled: list[Any] = [None]  # torch.is_grad_enabled once attached
 _loop = TorchLoop()  # what the hooks have seen of the loop (new at every attach)
@@ -75,33 +75,22 @@ def _torch() -> Any:
 # points; the helpers they call are plain functions. The user's call a hook wraps
 # (the forward, the backward) runs outside the guard, so its exceptions reach the
 # user unchanged.
-def _open(name: str, attributes: dict[str, Any]) -> tuple[Any, Any] | None:
-    """Open a hook span: (what close_span needs, CUDA start event or None).
+def _open(name: str, attributes: dict[str, Any]) -> HookSpan | None:
+    """Note the start of a hook span (built when it ends: :mod:`cirron.hook_spans`).
 
     When CUDA is in use the span gets ``gpu_ns`` from a CUDA event pair,
     recorded on the current stream and read by the flush thread later
     (``Event.query()`` never waits), so the training stream is never
     synchronised. On a CPU-only run there is no attribute at all.
     """
-    rec = recorder.current
-    if rec is None or not rec.enabled or not rec.training.detail:  # a step sampled out
-        return None
-    opened = open_on(rec, name, attributes, None)
+    hook = hook_spans.begin(name, attributes)
     cuda = _cuda[0]
-    if cuda is not None and cuda._initialized and cuda.is_initialized():
-        return opened, _recorded_event()
-    return opened, None
+    if hook is not None and cuda is not None and cuda._initialized and cuda.is_initialized():
+        hook.device_timer = _gpu_timer()
+    return hook
 
 
-def _close(entered: tuple[Any, Any], error: BaseException | None = None) -> None:
-    """Close a span from :func:`_open`."""
-    opened, gpu_start = entered
-    if gpu_start is not None:
-        _defer_gpu_time(opened[0], gpu_start)
-    close_span(opened, error)
-
-
-_close_guarded = guarded(_SITE)(_close)
+_close_guarded = guarded(_SITE)(hook_spans.end)
 
 
 def _recorded_event() -> Any:
@@ -110,12 +99,15 @@ def _recorded_event() -> Any:
     return event
 
 
-def _defer_gpu_time(span: Any, start: Any) -> None:
-    """Record the end event now; ``span`` gets ``gpu_ns`` once the GPU has got there."""
-    end = _recorded_event()
-    defer = getattr(span, "defer_attribute", None)
-    if defer is not None:
-        defer("gpu_ns", lambda final: _elapsed_ns(start, end, final))
+def _gpu_timer() -> Any:
+    """Record a start event now; the returned function records the end event when called."""
+    start = _recorded_event()
+
+    def stop() -> tuple[str, Any]:
+        end = _recorded_event()
+        return "gpu_ns", lambda final: _elapsed_ns(start, end, final)
+
+    return stop
 
 
 def _elapsed_ns(start: Any, end: Any, final: bool) -> int | None:
@@ -158,11 +150,12 @@ def _any_seen_model_training() -> bool:
 
 
 @guarded(_SITE)
-def _open_forward(module: Any) -> tuple[Any, Any] | None:
+def _open_forward(module: Any) -> HookSpan | None:
     """The ``forward`` span of an outermost call, after telling the loop what work it is."""
     entry = _seen_models.get(id(module)) or _remember(module)
     if module.training and _grad_enabled[0]():
-        _loop.training_work()
+        if not _loop.loader_driven:  # (else the fetches open the steps: no call)
+            _loop.training_work()
         return _open("forward", {"mode": "train", "module": entry[1]})
     _loop.evaluation_work()
     return _open("forward", {"mode": "train" if module.training else "eval", "module": entry[1]})
@@ -247,15 +240,16 @@ def _make_train(original: Any) -> Any:
 
 # -- backward ----------------------------------------------------------------------
 @guarded(_SITE)
-def _open_backward() -> tuple[Any, Any] | None:
-    _loop.training_work()
+def _open_backward() -> HookSpan | None:
+    if not _loop.loader_driven:
+        _loop.training_work()
     return _open("backward", {})
 
 
 @guarded(_SITE)
-def _close_backward(entered: tuple[Any, Any] | None, error: BaseException | None = None) -> None:
+def _close_backward(entered: HookSpan | None, error: BaseException | None = None) -> None:
     if entered is not None:
-        _close(entered, error)
+        hook_spans.end(entered, error)
     if error is None:
         _loop.backward_done()
 
@@ -283,7 +277,7 @@ def _make_backward(original: Any) -> Any:
 def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     stale = _optimizer_spans.pop(id(optimizer), None)
     if stale is not None:  # the previous step() raised before its post hook
-        _close(stale, RuntimeError("optimizer.step() raised"))
+        hook_spans.end(stale, RuntimeError("optimizer.step() raised"))
     _loop.optimizer_stepping()
     entered = _open("optimizer_step", {"optimizer": type(optimizer).__name__})
     if entered is not None:
@@ -294,7 +288,7 @@ def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 def _after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     entered = _optimizer_spans.pop(id(optimizer), None)
     if entered is not None:
-        _close(entered)
+        hook_spans.end(entered)
     _loop.optimizer_stepped()
 
 
@@ -315,10 +309,16 @@ def _make_optimizer_init(original: Any) -> Any:
 
 
 # -- data loading ------------------------------------------------------------------
+# A loader's kind (see _classify), tested by set membership on every fetch.
+_TRAINING = frozenset({"training", "training+batches"})
+_DRIVEN = frozenset({"training+batches", "eval+batches"})
+
+
 def _classify(iterator: Any) -> str:
-    """``training``, ``eval``, or either with ``+batches`` when ``ci.batches`` drives it."""
-    if iterator is _last_loader[0]:
-        return _last_loader[1]  # type: ignore[no-any-return]
+    """``training``, ``eval``, or either with ``+batches`` when ``ci.batches`` drives it.
+
+    The fetch hook asks only when the iterator is not the previous fetch's.
+    """
     kind = _loader_kind.get(iterator)
     if kind is None:
         sampler = getattr(iterator, "_index_sampler", None)
@@ -361,16 +361,16 @@ def _after_fetch(iterator: Any, kind: str, started: int, exhausted: bool) -> Non
     """Tell the loop about a fetch that began at ``started``; record its data_load."""
     # Under ci.batches the batch spans are the steps and carry the wait as
     # data_load_ns: only the epoch boundaries are ours to find.
-    driven = kind.endswith("+batches")
-    if kind.startswith("training"):
+    driven = kind in _DRIVEN
+    if kind in _TRAINING:
         if exhausted:
             # The last step ends where the loader runs dry; the fetch that only
             # found it empty is a data_load of the epoch, not of that step.
             _loop.training_loader_exhausted(driven)
         else:
             _loop.training_fetch(iterator, started, driven)
-    if not driven and (recorder.current or recorder.active()).training.detail:
-        record_span("data_load", {}, started)
+    if not driven:
+        hook_spans.record("data_load", {}, started)
     if exhausted:
         _forget(iterator)
 
@@ -380,7 +380,8 @@ def _make_next(original: Any) -> Any:
     classify = guarded(_SITE)(_classify)
 
     def __next__(self: Any) -> Any:
-        kind = classify(self)
+        # Most fetches come from the loader of the previous one: no call for them.
+        kind = _last_loader[1] if self is _last_loader[0] else classify(self)
         if kind is None:  # the guard caught a failure: the batch still comes
             return original(self)
         started = time_ns()

@@ -119,13 +119,16 @@ class TorchLoop:
             # hooks attached: the backward did not end this step after all.
             self.has_optimizer = True
             training.reopen_step(TORCH)
-        self.training_work()
+        if not self.loader_driven:  # (else the fetches open the steps)
+            self.training_work()
 
     def optimizer_stepped(self) -> None:
         if self.loader_dry:  # a step after the loader ran dry ends here
             training.end_step(TORCH)
             return
-        self._complete(sys._getframe(1))
+        # The user's loop is above the post hook, its guard and torch's optimizer
+        # wrapper: start there (loop_frames skips cirron's and torch's frames anyway).
+        self._complete(sys._getframe(3))
 
     def _complete(self, frame: Any) -> None:
         step = (recorder.current or recorder.active()).training.step  # no call: every hook
