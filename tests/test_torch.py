@@ -813,11 +813,12 @@ def test_a_data_parallel_model_is_traced_like_the_plain_model():
     profile()
     model = make_model()
     wrapped = nn.DataParallel(model)  # CPU only: calls the module directly
+    device = next(model.parameters()).device  # with a GPU, DataParallel moved the model there
     loader = DataLoader(make_data(8), batch_size=4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
     for x, y in loader:
-        train_step(wrapped, optimizer, loss_fn, x, y)
+        train_step(wrapped, optimizer, loss_fn, x, y.to(device))
 
     session = session_tree()
     forwards = named(session, "forward")
