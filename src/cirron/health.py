@@ -19,9 +19,10 @@ _ERROR_TEXT_LIMIT = 500  # characters of an error's text in a warning or last_ex
 
 
 def _value(counter: itertools.count) -> int:
-    # An itertools.count can't be read without advancing it; its pickle form
-    # carries the next value.
-    return int(counter.__reduce__()[1][0])  # type: ignore[index, arg-type]
+    # An itertools.count can't be read without advancing it; its repr, "count(5)",
+    # carries the next value (its pickle form did too, but Python 3.12 deprecates that
+    # and 3.14 removes it).
+    return int(repr(counter)[6:-1])
 
 
 class Health:
