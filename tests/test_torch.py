@@ -917,6 +917,7 @@ def broken(*args, **kwargs):
 @pytest.mark.parametrize(
     "owner, attribute",
     [
+        (TorchLoop, "training_work"),
         (TorchLoop, "backward_done"),
         (TorchLoop, "optimizer_stepping"),
         (TorchLoop, "training_fetch"),

@@ -113,10 +113,7 @@ def end(hook: HookSpan, error: BaseException | None = None) -> None:
     parent = hook.parent
     if hook.opened is None and error is None:
         hook.parent = None  # built from here on: build_open must not build it again
-        try:
-            _open.remove(hook)
-        except ValueError:  # build_open ran meanwhile (and gave it a span, unless just now)
-            pass
+        _unlist(hook)  # (if build_open ran meanwhile, it gave it a span, unless just now)
         if hook.opened is None:
             _finished(
                 hook.name, parent, hook.attributes, hook.context, hook.start_ns, end_ns, deferred
@@ -131,10 +128,7 @@ def _end_built(
     """The rarer ends: a call that raised, or one whose span was built while it ran."""
     opened = hook.opened
     if opened is None:  # it raised: built here, with the error
-        try:
-            _open.remove(hook)
-        except ValueError:
-            pass
+        _unlist(hook)
         span = _build(hook)
         hook.parent = None
         if deferred is not None:
@@ -181,13 +175,14 @@ def _finished(
 ) -> None:
     """A hook span that ended: to the flush thread to build, or built here when there is none."""
     rec = recorder.current
-    noted = rec.noted if rec is not None else None
+    processor = rec.processor if rec is not None else None
+    noted = processor.noted if processor is not None else None
     if noted is None:
         ScopeSpan.finished(name, parent, attributes, context, start_ns, end_ns, deferred)
         return
     noted.append((name, parent, attributes, context, start_ns, end_ns, deferred))
     if len(noted) >= NOTED_WAKE_AT:
-        rec.processor.noted_many()  # type: ignore[union-attr]
+        processor.noted_many()  # type: ignore[union-attr]
 
 
 def _build(hook: HookSpan) -> Any:
@@ -221,7 +216,7 @@ def build_here() -> None:
             continue
         span = _build(hook)
         hook.opened = (span, _context_var.set(Context({**context, SPAN_KEY: span})), context)
-        _open.remove(hook)
+        _unlist(hook)
 
 
 def build_open() -> None:
@@ -233,10 +228,15 @@ def build_open() -> None:
     for hook in list(_open):
         if hook.opened is None and hook.parent is not None:
             hook.opened = (_build(hook), None, None)
-        try:
-            _open.remove(hook)
-        except ValueError:
-            pass
+        _unlist(hook)
+
+
+def _unlist(hook: HookSpan) -> None:
+    """No longer open and lazy (another thread may have taken it off already)."""
+    try:
+        _open.remove(hook)
+    except ValueError:
+        pass
 
 
 def _forget_in_child() -> None:

@@ -117,14 +117,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         if self._stopped:
             return
         next(self._started)
-        next(self._ended)
-        if self.sinks:
-            self._enqueue(span, wait=True)
-        store = self.store
-        ended = store.ended_deque
-        if len(ended) == store.capacity:
-            next(store.evictions)
-        ended.append(span)
+        self.on_end(span)  # (its pop from the open spans finds nothing: it never was open)
 
     def noted_many(self) -> None:
         """Many hook spans wait to be built: wake the flush thread, or build them here."""
@@ -306,7 +299,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._ring = collections.deque()
         self._waiting = []
         if self.noted is not None:
-            self.noted.clear()  # in place: the recorder holds the same queue
+            self.noted.clear()
         self._drain_lock = threading.RLock()
         self._restart_lock = threading.Lock()
         self.sinks = []

@@ -50,8 +50,6 @@ class Recorder:
     watched: dict[str, weakref.ref[Any]] = field(default_factory=dict)  # ci.watch, by name
     training: TrainingState = field(default_factory=TrainingState)  # the open epoch and step
     signal: str | None = None  # the signal that is ending the process (SIGTERM, SIGINT)
-    # The processor's queue of ended hook spans its flush thread builds (None: built at once).
-    noted: Any = None
 
     def watched_models(self) -> dict[str, Any]:
         """The watched models still alive, by name."""
@@ -130,7 +128,6 @@ def start_session(
         session=session,
         session_context=trace.set_span_in_context(session, otel_context.Context()),
         lean=lean,
-        noted=processor.noted,
     )
 
 

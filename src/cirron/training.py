@@ -268,8 +268,7 @@ def begin_step(
             return False
         if epoch is not None and epoch.owner.framework and epoch.owner.priority > who.priority:
             return False  # a framework's epoch holds its steps
-        holders = current.holders
-        if holders and holders[-1].priority > who.priority:  # _yields, inline: every step
+        if _yields(current, who):
             return False
         _end_step(current)
         if not rec.enabled:

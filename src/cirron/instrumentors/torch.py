@@ -154,8 +154,7 @@ def _open_forward(module: Any) -> HookSpan | None:
     """The ``forward`` span of an outermost call, after telling the loop what work it is."""
     entry = _seen_models.get(id(module)) or _remember(module)
     if module.training and _grad_enabled[0]():
-        if not _loop.loader_driven:  # (else the fetches open the steps: no call)
-            _loop.training_work()
+        _loop.training_work()
         return _open("forward", {"mode": "train", "module": entry[1]})
     _loop.evaluation_work()
     return _open("forward", {"mode": "train" if module.training else "eval", "module": entry[1]})
@@ -241,8 +240,7 @@ def _make_train(original: Any) -> Any:
 # -- backward ----------------------------------------------------------------------
 @guarded(_SITE)
 def _open_backward() -> HookSpan | None:
-    if not _loop.loader_driven:
-        _loop.training_work()
+    _loop.training_work()
     return _open("backward", {})
 
 

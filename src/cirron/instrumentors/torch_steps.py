@@ -119,8 +119,7 @@ class TorchLoop:
             # hooks attached: the backward did not end this step after all.
             self.has_optimizer = True
             training.reopen_step(TORCH)
-        if not self.loader_driven:  # (else the fetches open the steps)
-            self.training_work()
+        self.training_work()
 
     def optimizer_stepped(self) -> None:
         if self.loader_dry:  # a step after the loader ran dry ends here
