@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import pytest
@@ -62,16 +63,37 @@ def test_zero_d_numpy_and_torch_values_are_unwrapped():
     assert values == {"np_scalar": 0.5, "np_array": 3, "tensor": 1.5, "int_tensor": 7}
 
 
-@pytest.mark.parametrize("value", [None, [1.0], {"a": 1}, object(), 1 + 2j])
-def test_other_values_are_a_type_error_naming_the_mark(value):
-    with pytest.raises(TypeError, match="mark 'loss'"):
-        ci.mark("loss", value)
-
-
-def test_multi_element_tensor_is_a_type_error():
+def test_one_element_tensors_and_arrays_are_their_value():
+    np = pytest.importorskip("numpy")
     torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match="mark 'loss'"):
+    loss = torch.tensor([1.5], requires_grad=True) * 1  # what loss.view(1) gives
+    with ci.scope("s"):
+        ci.mark("view", loss)
+        ci.mark("metric", np.array([[0.25]]))
+        ci.mark("count", torch.tensor([3]), kind="summary")
+    values = {m["name"]: m["value"] for m in marks_of("s")}
+    assert values == {"view": 1.5, "metric": 0.25, "count": 3}
+
+
+@pytest.mark.parametrize("value", [None, [1.0], {"a": 1}, object(), 1 + 2j, 2**70])
+def test_a_value_no_mark_can_hold_is_dropped_with_one_warning_per_name(value, caplog):
+    with caplog.at_level(logging.WARNING, logger="cirron"), ci.scope("s"):
+        for _ in range(3):
+            ci.mark("loss", value)  # every step of a loop: training goes on
+        ci.mark("lr", 0.1)
+    assert [m["name"] for m in marks_of("s")] == ["lr"]
+    assert ci.health()["marks_invalid"] == 3
+    warnings = [r.getMessage() for r in caplog.records if r.name == "cirron"]
+    assert len(warnings) == 1 and "mark 'loss'" in warnings[0], warnings
+
+
+def test_a_tensor_of_several_elements_is_dropped_and_named():
+    torch = pytest.importorskip("torch")
+    with ci.scope("s"):
         ci.mark("loss", torch.tensor([1.0, 2.0]))
+        ci.mark("grads", torch.ones(3), kind="summary")
+    assert marks_of("s") == []
+    assert ci.health()["marks_invalid"] == 2
 
 
 def test_bad_mark_name_and_kind():

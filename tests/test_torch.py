@@ -142,16 +142,19 @@ def test_validation_inside_each_epoch_opens_no_epoch_and_no_step(no_grad):
     assert [s["index"] for e in epochs for s in kids(e, "step")] == list(range(10))
     assert len(named(session, "step")) == 10
     for epoch in epochs:
-        evals = kids(epoch, "forward")  # directly in the epoch: outside every step
+        (validate,) = kids(epoch, "validate")  # its own pass, inside the epoch
+        assert validate["attributes"] == {"index": epoch["index"], "batches": 2}
+        evals = kids(validate, "forward")
         assert len(evals) == 2
         assert all(f["attributes"]["mode"] == "eval" for f in evals)
+        assert child_names(validate)["data_load"] == 3  # two batches, and the fetch that ran dry
         for step in kids(epoch, "step"):
             assert [f["attributes"]["mode"] for f in kids(step, "forward")] == ["train"]
-        # the validation forwards come after the last step, inside the epoch
+        # the validation comes after the last step, inside the epoch
         last_step = kids(epoch, "step")[-1]
-        assert all(f["start_ns"] >= last_step["end_ns"] for f in evals)
-        assert all(f["end_ns"] <= epoch["end_ns"] for f in evals)
-        assert [m["name"] for m in epoch["marks"]] == ["val_loss", "val_loss"]
+        assert validate["start_ns"] >= last_step["end_ns"]
+        assert validate["end_ns"] <= epoch["end_ns"]
+        assert [m["name"] for m in validate["marks"]] == ["val_loss", "val_loss"]
     modes = Counter(f["attributes"]["mode"] for f in named(session, "forward"))
     assert modes == {"train": 10, "eval": 4}
 
@@ -253,10 +256,10 @@ def test_a_prefetching_loader_and_validation_in_eval_mode_keep_every_step_whole(
         assert [child_names(s)["forward"] for s in steps] == groups
         assert [child_names(s)["backward"] for s in steps] == groups
         assert all(child_names(s)["optimizer_step"] == 1 for s in steps)
-        # the validation forwards are the epoch's, after its last step
-        validation_forwards = kids(epoch, "forward")
-        assert [f["attributes"]["mode"] for f in validation_forwards] == ["eval", "eval"]
-        assert validation_forwards[0]["start_ns"] >= steps[-1]["end_ns"]
+        # the validation is the epoch's, after its last step
+        (validate,) = kids(epoch, "validate")
+        assert [f["attributes"]["mode"] for f in kids(validate, "forward")] == ["eval", "eval"]
+        assert validate["start_ns"] >= steps[-1]["end_ns"]
     assert [s["index"] for s in named(session, "step")] == list(range(2 * len(groups)))
 
 
@@ -804,7 +807,11 @@ def test_a_compiled_model_trains_with_one_forward_span_per_call():
     assert [s["index"] for s in steps] == list(range(6))
     for step in steps:
         (forward,) = kids(step, "forward")
-        assert forward["attributes"] == {"mode": "train", "module": "Sequential"}
+        assert forward["attributes"] == {
+            "mode": "train",
+            "module": "Sequential",
+            "wrapper": "OptimizedModule",
+        }
         assert child_names(step)["backward"] == 1
     assert len(named(session, "forward")) == 6 + 2  # the training calls, the two checks
 
@@ -907,7 +914,13 @@ def seeded_losses():
     loader = DataLoader(make_data(16, seed=7), batch_size=4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
-    return [train_step(model, optimizer, loss_fn, x, y) for _epoch in range(2) for x, y in loader]
+    losses = []
+    for _epoch in range(2):
+        losses += [train_step(model, optimizer, loss_fn, x, y) for x, y in loader]
+        with torch.no_grad():  # a validation pass
+            for x, _y in loader:
+                model(x)
+    return losses
 
 
 def broken(*args, **kwargs):
@@ -920,7 +933,9 @@ def broken(*args, **kwargs):
         (TorchLoop, "training_work"),
         (TorchLoop, "backward_done"),
         (TorchLoop, "optimizer_stepping"),
-        (TorchLoop, "training_fetch"),
+        (TorchLoop, "fetch_begins"),
+        (TorchLoop, "fetch_ends"),
+        (TorchLoop, "evaluation_work"),
         (TorchLoop, "optimizer_stepped"),
         (cirron.training, "begin_step"),
         (cirron.training, "complete_step"),

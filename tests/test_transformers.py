@@ -388,6 +388,8 @@ def test_resume_from_checkpoint_goes_on_from_the_checkpoints_global_step(tmp_pat
     ci.profile(output="none")
     trainer(save_strategy="steps", save_steps=6, max_steps=6).train()
     first = finished_tree()
+    # 4 steps an epoch: max_steps=6 makes it 2 epochs, whatever num_train_epochs said
+    assert named(first, "train")[0]["attributes"]["num_train_epochs"] == 2.0
     (checkpoint,) = named(first, "checkpoint")
     path = checkpoint["attributes"]["path"]
     assert path.endswith("checkpoint-6")

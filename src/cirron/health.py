@@ -37,6 +37,7 @@ class Health:
             "spans_exported": 0,
             "spans_dropped": 0,
             "marks_dropped": 0,
+            "marks_invalid": 0,
             "scopes_too_deep": 0,
             "hook_errors": 0,
             "export_errors": 0,

@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from opentelemetry.context.context import Context
+from opentelemetry.trace import set_span_in_context
 
 from . import recorder, training_state
 from .processor import NOTED_WAKE_AT
@@ -162,6 +163,42 @@ def record(name: str, attributes: dict[str, Any], start_ns: int) -> None:
         _finished(name, current, attributes, None, start_ns, _time_ns(), None)
         return
     close_span(open_on(rec, name, attributes, start_ns))
+
+
+def record_on(
+    parent: Any,
+    name: str,
+    attributes: dict[str, Any],
+    start_ns: int,
+    end_ns: int,
+    error: BaseException | None = None,
+) -> None:
+    """A hook span that happened from ``start_ns`` to ``end_ns``, under ``parent`` (None:
+    ``cirron.session``); ``error``: what the call raised (status ERROR, its exception event).
+
+    For a region whose place in the tree is known only after it ended: a batch
+    fetch, once the step it fed is known.
+    """
+    rec = recorder.current or recorder.active()
+    if not rec.enabled:
+        return
+    if parent is None:
+        parent = rec.session
+    if type(parent) is ScopeSpan and rec.lean is not None:
+        if error is None:
+            _finished(name, parent, attributes, None, start_ns, end_ns, None)
+            return
+        span: Any = ScopeSpan(
+            name, parent._trace_id, parent, attributes, parent._state, None, start_ns
+        )
+    else:  # an SDK span (a custom sampler), or no session (a provider of the user's)
+        context = set_span_in_context(parent, Context()) if parent is not None else Context()
+        span = rec.tracer.start_span(
+            name, context=context, attributes=attributes, start_time=start_ns
+        )
+    if error is not None:
+        close_with_error(span, error)
+    span.end(end_ns)
 
 
 def _finished(

@@ -12,7 +12,9 @@ remembers that frame and the loop's span of bytecode. :func:`left` later says
 whether that frame has returned or has moved past the loop.
 
 Frames of the packages named in ``skip`` (the framework's own and cirron's)
-are passed over: a loop inside ``torch`` is not the user's loop. No frame is
+are passed over: a loop inside ``torch`` is not the user's loop. With
+:data:`GENERATORS` in ``skip``, generator frames are too: a loader wrapper
+that yields batches (a prefetcher) is not the loop that trains on them. No frame is
 kept alive: the position holds the frame's id and code object, and a frame
 is found again by walking the current stack.
 """
@@ -20,6 +22,7 @@ is found again by walking the current stack.
 from __future__ import annotations
 
 import dis
+import inspect
 import sys
 import threading
 from types import CodeType, FrameType
@@ -31,6 +34,8 @@ Ranges = tuple[tuple[int, int], ...]
 _loops: dict[tuple[str, ...], dict[int, tuple[CodeType, Ranges]]] = {}
 _lock = threading.Lock()
 MAX_DEPTH = 64  # frames walked outwards at most
+GENERATORS = "<generators>"  # in `skip`: pass over generator frames too
+_CO_GENERATOR = inspect.CO_GENERATOR
 
 # A loop of the user's code, running in one frame: (id of the frame, its code object, the
 # bytecode offsets of the loop's first instruction and of its backward jump). A plain tuple:
@@ -44,6 +49,8 @@ def _loops_of(frame: FrameType, skip: tuple[str, ...]) -> Ranges:
     name = frame.f_globals.get("__name__", "")
     if isinstance(name, str) and name.startswith(skip):
         found: Ranges = ()
+    elif code.co_flags & _CO_GENERATOR and GENERATORS in skip:
+        found = ()
     else:
         ends: dict[int, int] = {}
         for instruction in dis.get_instructions(code):

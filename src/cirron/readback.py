@@ -69,6 +69,8 @@ def _plain(value: Any) -> Any:
 
 
 def _node(span: Any) -> dict[str, Any]:
+    if getattr(span, "_deferred", None):  # read back now: what the device still owes
+        span.resolve_deferred(final=True)
     attributes = {key: _plain(value) for key, value in (span.attributes or {}).items()}
     marks = [
         {"name": name, "value": value, "kind": "point", "time_ns": time_ns}

@@ -42,6 +42,7 @@ _enclosing = training_state.enclosing  # spans an epoch or step opened inside (m
 _completed = training_state.completed  # [span of a completed step whose loop may be left, loop]
 _hooks = training_state.hooks
 _open_hook_spans = training_state.open_hook_spans  # noted hook spans (cirron.hook_spans)
+_pending_fetches = training_state.pending_fetches  # batch fetches whose step is not known yet
 
 
 _context_var = context_variable()  # the OTel context, without the API's layers
@@ -80,6 +81,8 @@ class Scope:
         if not rec.enabled:
             self.span = None
             return self
+        if _pending_fetches:  # right after a batch fetch: its step opens first, around this
+            _hooks.settle_fetches()
         if _open_hook_spans:  # inside a hook's call (a forward): its span is built first
             _hooks.build_hook_spans()
         previous = _context_var.get()
@@ -252,12 +255,17 @@ def open_span(
     return open_on(rec, name, attributes, start_ns)
 
 
-def close_span(opened: tuple[Any, Any, Any], error: BaseException | None = None) -> None:
-    """End a span from :func:`open_on` and restore the context it replaced."""
+def close_span(
+    opened: tuple[Any, Any, Any], error: BaseException | None = None, end_ns: int | None = None
+) -> None:
+    """End a span from :func:`open_on` and restore the context it replaced.
+
+    ``end_ns``: when it ended, if earlier than now (a step ends where the next one's fetch began).
+    """
     span, token, previous = opened
     if error is not None and span.is_recording():
         close_with_error(span, error)
-    span.end()
+    span.end(end_ns)
     try:
         # Also right when closed out of order: the token restores what this span replaced.
         _context_var.reset(token)
@@ -302,18 +310,28 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
     ``kind="point"`` (default) adds a span event named ``name`` with attribute
     ``value`` (a time series: loss per step). ``kind="summary"`` sets the span
     attribute ``mark.<name>`` (one final value, e.g. epoch accuracy). Values
-    are int, float (NaN and inf included), bool, str, or 0-d numpy/torch
-    values; anything else raises ``TypeError``.
+    are int, float (NaN and inf included), bool, str, or a one-element
+    numpy/torch value (``loss``, ``loss.view(1)``); one on a GPU is read after
+    the device got there, never waiting for it here. Any other value is
+    dropped with one warning per mark name and counted in
+    ``ci.health()["marks_invalid"]``: a mark never stops training. A bad name
+    or kind is an error.
     """
     if type(name) is not str or not name:
         values.name(name, "mark name")
     if type(value) is not float:
         value = _mark_value(name, value)
+        if value is _INVALID:
+            if kind not in MARK_KINDS:
+                raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
+            return
     rec = recorder.current or recorder.active()
     if not rec.enabled:
         if kind not in MARK_KINDS:
             raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
         return
+    if _pending_fetches:
+        _hooks.settle_fetches()
     if _open_hook_spans:
         _hooks.build_hook_spans()
     span = _context_var.get().get(SPAN_KEY)
@@ -321,7 +339,8 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
         _hooks.loop_check()  # a mark after the training loop is not its step's
         span = _context_var.get().get(SPAN_KEY)
     if type(span) is ScopeSpan and span._end_time is None:
-        if kind == "point" and not attributes:  # the common case, inline
+        if kind == "point" and not attributes and type(value) is not values.Deferred:
+            # the common case, inline
             if not span.add_mark_event(name, {"value": value}, _time_ns()):
                 _mark_dropped(rec, span)
             return
@@ -337,6 +356,8 @@ def mark_on(span: Any, name: str, value: Any, kind: str = "point") -> None:
         values.name(name, "mark name")
     if type(value) is not float:
         value = _mark_value(name, value)
+        if value is _INVALID:
+            return
     rec = recorder.current or recorder.active()
     if rec.enabled:
         _record_mark(rec, span, name, value, kind, {})
@@ -367,8 +388,23 @@ def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
             continue
 
 
+_INVALID = object()  # what _mark_value gives for a value no mark can hold
+
+
 def _mark_value(name: str, value: Any) -> Any:
-    value = values.scalar(value, f"mark {name!r} value")
+    """The value a mark records, or ``_INVALID`` (warned about once per name, and counted)."""
+    try:
+        value = values.mark_value(value, f"mark {name!r} value")
+    except (TypeError, ValueError) as error:
+        rec = recorder.current or recorder.active()
+        rec.health.add("marks_invalid")
+        rec.health.warn_once(
+            f"mark-value-{name}",
+            "cirron: %s; the mark is dropped (training goes on; counted in "
+            "ci.health()['marks_invalid'])",
+            error,
+        )
+        return _INVALID
     if type(value) is str and len(value) > recorder.MAX_VALUE_LENGTH:
         value = value[: recorder.MAX_VALUE_LENGTH]
     return value
@@ -380,12 +416,20 @@ def _record_mark(
     if span is None or not span.is_recording():
         rec.health.add("marks_dropped")
         return
+    deferred = value if type(value) is values.Deferred else None
+    if deferred is not None and type(span) is not ScopeSpan:
+        value = deferred.resolve(True)  # an SDK span can't wait: read now
+        if value is None:
+            return
+        deferred = None
     if kind == "point":
         event_attributes = {"value": value}
         if attributes:
             event_attributes.update(values.attributes(attributes, f"mark {name!r}"))
         if type(span) is ScopeSpan:
             kept = span.add_mark_event(name, event_attributes, _time_ns())
+            if deferred is not None:
+                span.defer_attribute("value", deferred.resolve, event_attributes)
         else:
             dropped = getattr(span, "dropped_events", 0)
             span.add_event(name, event_attributes)
@@ -393,7 +437,9 @@ def _record_mark(
         if not kept:
             _mark_dropped(rec, span)
     elif kind == "summary":
-        if type(span) is ScopeSpan:
+        if deferred is not None:
+            span.defer_attribute("mark." + name, deferred.resolve)
+        elif type(span) is ScopeSpan:
             span.set_mark_attribute("mark." + name, value)
         else:
             span.set_attribute("mark." + name, value)

@@ -160,7 +160,9 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     _links: tuple[Any, ...] = ()
     _events: Any = ()
     _instrumentation_info = None
-    _deferred: list[tuple[str, Any]] | None = None  # attributes known only later
+    # Attributes known only later: (key, resolve, the attributes they go in: None for the
+    # span's own, else an event's).
+    _deferred: list[tuple[str, Any, Any]] | None = None
     _status = UNSET_STATUS  # replaced in the instance by set_status
     _dropped_events = 0
 
@@ -216,7 +218,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         span._state = state
         span._start_time = start_time
         if deferred is not None:
-            span._deferred = [deferred]
+            span._deferred = [(deferred[0], deferred[1], None)]
         span._end_time = end_time
         for handler in state.whole_handlers():
             handler(span, parent_context)
@@ -374,29 +376,35 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
             processor.on_end(self)
 
     # -- attributes resolved after the span ended (GPU time) --------------------
-    def defer_attribute(self, key: str, resolve: Any) -> None:
+    def defer_attribute(self, key: str, resolve: Any, target: Any = None) -> None:
         """Set ``key`` later, to what ``resolve(final)`` returns once it is not None.
 
         The processor asks before exporting the span (off the training thread)
         and holds the span back a little while ``resolve(False)`` says None;
         ``resolve(True)`` (at flush and shutdown) may wait for the answer.
+        ``target``: the attributes of one of its events (a mark's value), not
+        the span's own; it holds a placeholder until then.
         """
         if self._deferred is None:
             self._deferred = []
-        self._deferred.append((key, resolve))
+        self._deferred.append((key, resolve, target))
 
     def resolve_deferred(self, final: bool = False) -> bool:
         """Fill in what is ready; True when nothing is left (``final``: give up on the rest)."""
         pending = []
-        for key, resolve in self._deferred or ():
+        for key, resolve, target in self._deferred or ():
+            attributes = self._attributes if target is None else target
+            failed = False
             try:
                 value = resolve(final)
             except Exception:  # noqa: BLE001 - a resolver that fails just leaves no attribute
-                continue
+                value, failed = None, True
             if value is not None:
-                self._attributes[key] = value
-            elif not final:
-                pending.append((key, resolve))
+                attributes[key] = value
+            elif not final and not failed:
+                pending.append((key, resolve, target))
+            elif target is not None:
+                target.pop(key, None)  # never a placeholder in what is exported
         self._deferred = pending or None
         return not pending
 

@@ -55,18 +55,30 @@ its own index (HF's global step after a resume), and counting goes on from it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from . import boundaries, ids, loop_frames, recorder, registry, training_state
+from . import boundaries, hook_spans, ids, loop_frames, recorder, registry, training_state
 from .resource import run_id
 from .scopes import close_span, current_span, marks_from, open_on, open_root
-from .training_state import USER, Moment, Owner, TrainingState
+from .training_state import USER, Fetch, Moment, Owner, TrainingState
+
+_time_ns = time.time_ns
+_pending = training_state.pending_fetches  # mutated in place, never rebound
 
 __all__ = [
     "USER",
+    "Fetch",
     "Owner",
     "begin_epoch",
+    "begin_evaluation",
+    "begin_pass",
     "begin_step",
+    "end_evaluation",
+    "end_pass",
+    "may_own",
+    "record_fetches",
+    "take_fetches",
     "end_moment",
     "complete_step",
     "end_completed_step",
@@ -80,6 +92,7 @@ __all__ = [
     "epoch_of",
     "owner",
     "reopen_step",
+    "step_left_with",
     "state",
     "step_of",
     "yield_step_to_user",
@@ -160,10 +173,14 @@ def begin_epoch(
             return False  # never an epoch inside a higher owner's step (a ci.batches batch)
         if epoch is not None and epoch.owner.priority > who.priority or _yields(current, who):
             return False
-        _end_epoch(current)  # ours, or a lower owner's: it is over (with its step)
-        _end_step(current)  # a step opened with no epoch around it
+        # Ours, or a lower owner's: it is over (with its step), where this one begins.
+        end_ns = _end_before(start_ns)
+        _end_epoch(current, end_ns=end_ns)
+        _end_step(current, end_ns=end_ns)  # a step opened with no epoch around it
         if not rec.enabled:
             return False
+        if start_ns is not None:  # epochs never overlap either
+            start_ns = max(start_ns, current.last_epoch_end_ns)
         if index is None:
             index = current.next_epoch
         current.next_epoch = index + 1
@@ -206,15 +223,16 @@ def _run_name(rec: Any) -> str:
     return format(session.get_span_context().trace_id, "032x") if session is not None else ""
 
 
-def end_epoch(who: Owner, error: BaseException | None = None) -> None:
+def end_epoch(who: Owner, error: BaseException | None = None, end_ns: int | None = None) -> None:
     """``who``'s epoch ends (with the step inside it); nothing when another owner has it.
 
     ``error``: what stopped the training; recorded on both (status ERROR).
+    ``end_ns``: when it ended, if before now (where the next pass's first fetch began).
     """
     current = (recorder.current or recorder.active()).training
     with current.lock:
         if current.epoch is not None and current.epoch.owner is who:
-            _end_epoch(current, error)
+            _end_epoch(current, error, end_ns)
 
 
 def epoch_boundary(who: Owner) -> None:
@@ -227,11 +245,14 @@ def epoch_boundary(who: Owner) -> None:
             boundaries.epoch_ending(epoch.opened[0])
 
 
-def _end_epoch(current: TrainingState, error: BaseException | None = None) -> None:
+def _end_epoch(
+    current: TrainingState, error: BaseException | None = None, end_ns: int | None = None
+) -> None:
     epoch = current.epoch
     if epoch is None:
         return
-    _end_step(current, error)
+    _end_step(current, error, end_ns)
+    _end_evaluation(current, end_ns)
     if not epoch.boundary_done:  # before the span ends: snapshots are its children
         epoch.boundary_done = True
         boundaries.epoch_ending(epoch.opened[0])
@@ -240,7 +261,25 @@ def _end_epoch(current: TrainingState, error: BaseException | None = None) -> No
         training_state.completed[0] = training_state.completed[1] = None
     if epoch.encloses:
         _release(current, epoch.parent)
-    close_span(epoch.opened, error)
+    end_ns = _clamped_end(epoch, end_ns)
+    current.last_epoch_end_ns = end_ns
+    close_span(epoch.opened, error, end_ns)
+
+
+def _end_before(start_ns: int | None) -> int | None:
+    """Where what is open ends when a moment begins at ``start_ns`` (None: now)."""
+    if start_ns is None:
+        return None
+    return min(start_ns, _time_ns())
+
+
+def _clamped_end(moment: Moment, end_ns: int | None) -> int:
+    """``end_ns`` (None: now), never before the moment began."""
+    now = _time_ns()
+    if end_ns is None or end_ns > now:
+        return now
+    started = moment.opened[0].start_time
+    return end_ns if started is None or end_ns >= started else started
 
 
 # -- steps -------------------------------------------------------------------------------------
@@ -251,6 +290,7 @@ def begin_step(
     *,
     fallback_epoch: bool = False,
     name: str = "step",
+    fetches: list[Fetch] | None = None,
 ) -> bool:
     """``who``'s step begins (its previous one ends); False when it yields to a higher owner.
 
@@ -259,6 +299,10 @@ def begin_step(
     still goes up by one.
     ``fallback_epoch``: with no epoch open, ``who`` opens one around its steps,
     and a new one every ``epoch_steps`` steps (the setting) while it owns them.
+    ``fetches``: the batch fetches that feed it (default: every fetch still
+    waiting, see :class:`Fetch`); it begins where the first of them began, and
+    their ``data_load`` spans are its children. The previous step ends where
+    this one begins: steps never overlap.
     """
     rec = recorder.current or recorder.active()
     current = rec.training
@@ -270,7 +314,13 @@ def begin_step(
             return False  # a framework's epoch holds its steps
         if _yields(current, who):
             return False
-        _end_step(current)
+        if fetches is None:
+            fetches = take_fetches()
+        if fetches and (start_ns is None or fetches[0].start_ns < start_ns):
+            start_ns = fetches[0].start_ns
+        _end_step(current, end_ns=_end_before(start_ns))
+        if start_ns is not None:
+            start_ns = max(start_ns, current.last_step_end_ns)
         if not rec.enabled:
             return False
         if fallback_epoch and (epoch is None or epoch.fallback and epoch.owner is who):
@@ -296,6 +346,8 @@ def begin_step(
         if parent is not None and (epoch is None or parent is not epoch.opened[0]):
             training_state.enclosing.add(parent)  # a user's scope around a manual loop
             step.encloses = True
+        if fetches:
+            record_fetches(fetches, step.opened[0])
         return True
 
 
@@ -315,6 +367,17 @@ def complete_step(who: Owner, loop: loop_frames.LoopPosition | None = None) -> N
         training_state.completed[0], training_state.completed[1] = step.opened[0], loop
 
 
+def step_left_with(who: Owner, loop: loop_frames.LoopPosition | None) -> None:
+    """``who``'s step, its optimizer moment still to come, ends once the program has left
+    ``loop`` (the loop over its loader, which ran dry): checked at the next mark or scope."""
+    current = (recorder.current or recorder.active()).training
+    step = current.step
+    if step is None or step.owner is not who or loop is None:
+        return
+    step.loop = loop
+    training_state.completed[0], training_state.completed[1] = step.opened[0], loop
+
+
 def reopen_step(who: Owner) -> None:
     """``who``'s step, reported done too early, has more work after all."""
     current = (recorder.current or recorder.active()).training
@@ -325,12 +388,13 @@ def reopen_step(who: Owner) -> None:
             training_state.completed[0] = training_state.completed[1] = None
 
 
-def end_step(who: Owner, error: BaseException | None = None) -> None:
-    """``who``'s step ends; nothing when another owner has it (``error``: as for epochs)."""
+def end_step(who: Owner, error: BaseException | None = None, end_ns: int | None = None) -> None:
+    """``who``'s step ends; nothing when another owner has it (``error``, ``end_ns``: as for
+    epochs)."""
     current = (recorder.current or recorder.active()).training
     with current.lock:
         if current.step is not None and current.step.owner is who:
-            _end_step(current, error)
+            _end_step(current, error, end_ns)
 
 
 def end_completed_step(who: Owner) -> None:
@@ -350,7 +414,9 @@ def end_completed_step(who: Owner) -> None:
                     _end_fallback_epoch(current, step.owner)
 
 
-def _end_step(current: TrainingState, error: BaseException | None = None) -> None:
+def _end_step(
+    current: TrainingState, error: BaseException | None = None, end_ns: int | None = None
+) -> None:
     step = current.step
     if step is None:
         return
@@ -367,13 +433,157 @@ def _end_step(current: TrainingState, error: BaseException | None = None) -> Non
         completed[0], completed[1] = epoch.opened[0], step.loop
     if step.encloses:
         _release(current, step.parent)
-    close_span(step.opened, error)
+    span = step.opened[0]
+    if not step.complete and span.name == "step" and span.is_recording():
+        span.set_attribute("partial", True)  # it ends before its optimizer moment
+    end_ns = _clamped_end(step, end_ns)
+    current.last_step_end_ns = end_ns
+    close_span(step.opened, error, end_ns)
 
 
 def _end_fallback_epoch(current: TrainingState, who: Owner) -> None:
     epoch = current.epoch
     if epoch is not None and epoch.fallback and epoch.owner is who:
         _end_epoch(current)
+
+
+# -- batch fetches ------------------------------------------------------------------------------
+def take_fetches() -> list[Fetch]:
+    """The batch fetches still waiting for their step (they wait no more)."""
+    if not _pending:
+        return []
+    fetches = _pending[:]
+    del _pending[:]
+    return fetches
+
+
+def record_fetches(fetches: list[Fetch], parent: Any = None) -> None:
+    """Each fetch as a ``data_load`` span under ``parent`` (None: the current span).
+
+    None under a step that ``step_sampling`` keeps without its hook spans.
+    """
+    if parent is None:
+        parent = current_span()
+    current = (recorder.current or recorder.active()).training
+    if not current.detail and current.step is not None and current.step.opened[0] is parent:
+        return
+    for fetch in fetches:
+        hook_spans.record_on(parent, "data_load", {}, fetch.start_ns, fetch.end_ns, fetch.error)
+
+
+def may_own(who: Owner) -> bool:
+    """Whether ``who`` may open a step or an evaluation pass now (no higher owner has the
+    levels: its step, its framework epoch, its own work, or an evaluation of its)."""
+    current = (recorder.current or recorder.active()).training
+    step, epoch, passes = current.step, current.epoch, current.passes
+    if step is not None and step.owner.priority > who.priority:
+        return False
+    if epoch is not None and epoch.owner.framework and epoch.owner.priority > who.priority:
+        return False
+    if passes and passes[-1].owner.priority > who.priority:
+        return False
+    return not _yields(current, who)
+
+
+# -- evaluation passes of a plain loop ------------------------------------------------------------
+def begin_evaluation(
+    who: Owner,
+    start_ns: int | None = None,
+    fetches: list[Fetch] | None = None,
+    loop: loop_frames.LoopPosition | None = None,
+) -> Moment | None:
+    """An evaluation pass of ``who``'s begins: ``validate`` inside an open training epoch
+    (``index`` = the epoch's), ``evaluate`` outside training; None when ``who`` may not.
+
+    A step still open ends first (evaluation is never inside a step); ``fetches``
+    are its first batches (``batches`` counts them); ``loop``: the loop over its
+    batches, so that a mark once the program has left it is not the pass's.
+    """
+    rec = recorder.current or recorder.active()
+    current = rec.training
+    with current.lock:
+        if not rec.enabled or not may_own(who):
+            return None
+        if fetches and (start_ns is None or fetches[0].start_ns < start_ns):
+            start_ns = fetches[0].start_ns
+        end_ns = _end_before(start_ns)
+        _end_evaluation(current, end_ns)
+        if current.step is not None and current.step.owner.priority <= who.priority:
+            _end_step(current, end_ns=end_ns)
+        epoch = current.epoch
+        if start_ns is not None:
+            start_ns = max(start_ns, current.last_step_end_ns)
+        if epoch is not None:
+            opened = open_on(rec, "validate", {"index": epoch.index}, start_ns)
+        else:
+            opened = open_on(rec, "evaluate", {}, start_ns)
+        evaluation = current.evaluation = Moment(who, opened, epoch.index if epoch else 0, None)
+        evaluation.loop = loop
+        if loop is not None:
+            training_state.completed[0], training_state.completed[1] = opened[0], loop
+        if fetches:
+            evaluation.batches = len(fetches)
+            record_fetches(fetches, opened[0])
+        return evaluation
+
+
+def end_evaluation(who: Owner, end_ns: int | None = None) -> None:
+    """``who``'s evaluation pass is over (its loader ran dry, or other work began)."""
+    current = (recorder.current or recorder.active()).training
+    with current.lock:
+        if current.evaluation is not None and current.evaluation.owner is who:
+            _end_evaluation(current, end_ns)
+
+
+def _end_evaluation(current: TrainingState, end_ns: int | None = None) -> None:
+    evaluation = current.evaluation
+    if evaluation is None:
+        return
+    current.evaluation = None
+    span = evaluation.opened[0]
+    if training_state.completed[0] is span:
+        training_state.completed[0] = training_state.completed[1] = None
+    span.set_attribute("batches", evaluation.batches)
+    close_span(evaluation.opened, None, _clamped_end(evaluation, end_ns))
+
+
+# -- a framework's passes -----------------------------------------------------------------------
+def begin_pass(who: Owner, name: str, attributes: dict[str, Any]) -> Moment | None:
+    """A pass of ``who``'s framework begins (``validate``, ``evaluate``, ``test``,
+    ``predict``, ``checkpoint``): its span opens, current until :func:`end_pass`.
+
+    While it is open, lower owners open no step and no evaluation of their own.
+    """
+    rec = recorder.current
+    if rec is None or not rec.enabled:
+        return None
+    current = rec.training
+    with current.lock:
+        if current.evaluation is not None and current.evaluation.owner.priority < who.priority:
+            _end_evaluation(current)
+        if _pending:  # fetches before it (a training loader's last) are not the pass's
+            record_fetches(take_fetches())
+        opened = open_on(rec, name, attributes, None)
+        moment = Moment(who, opened, 0, None)
+        current.passes.append(moment)
+        return moment
+
+
+def end_pass(who: Owner, moment: Moment, error: BaseException | None = None) -> None:
+    """``moment`` (from :func:`begin_pass`) ends; with ``batches`` unless it is a checkpoint."""
+    current = (recorder.current or recorder.active()).training
+    if _pending:  # its loader's last fetches
+        record_fetches(take_fetches(), moment.opened[0])
+    with current.lock:
+        passes = current.passes
+        for position in range(len(passes) - 1, -1, -1):
+            if passes[position] is moment:
+                del passes[position]
+                break
+    span = moment.opened[0]
+    if span.name != "checkpoint":
+        span.set_attribute("batches", moment.batches)
+    close_span(moment.opened, error)
 
 
 # -- what a framework logs ----------------------------------------------------------------------
@@ -451,6 +661,8 @@ def _check_loop() -> None:
             _end_fallback_epoch(current, step.owner)
         elif epoch is not None and epoch.opened[0] is span:
             _end_epoch(current)
+        elif current.evaluation is not None and current.evaluation.opened[0] is span:
+            _end_evaluation(current)
 
 
 def end_moment(span: Any) -> bool:
@@ -462,6 +674,9 @@ def end_moment(span: Any) -> bool:
             return True
         if current.epoch is not None and current.epoch.opened[0] is span:
             _end_epoch(current)
+            return True
+        if current.evaluation is not None and current.evaluation.opened[0] is span:
+            _end_evaluation(current)
             return True
     return False
 

@@ -1,4 +1,4 @@
-"""What the training moments know of one run: who reports them, and the open epoch and step.
+"""What the training moments know of one run: who reports them, the open epoch, step and passes.
 
 Kept apart from the rules (:mod:`cirron.training`) so that the recorder can
 hold a :class:`TrainingState` and the scope code can consult it without an
@@ -45,6 +45,7 @@ class Moment:
         "steps",
         "boundary_done",
         "encloses",
+        "batches",
     )
 
     def __init__(self, owner: Owner, opened: tuple[Any, Any, Any], index: int, parent: Any) -> None:
@@ -58,6 +59,23 @@ class Moment:
         self.steps = 0  # an epoch's steps so far
         self.boundary_done = False  # an epoch whose boundary (snapshots) already ran
         self.encloses = False  # its parent is in `enclosing` on its account
+        self.batches = 0  # an evaluation pass's batches so far
+
+
+@dataclass(slots=True)
+class Fetch:
+    """A batch fetch that happened before the step it feeds was known.
+
+    Its ``data_load`` span is recorded once an owner says where it belongs
+    (:func:`cirron.training.begin_step` takes the waiting fetches, so a step
+    begins where its first fetch began); ``source`` is what the fetching
+    hook knows of it (the torch hooks: the loader pass).
+    """
+
+    start_ns: int
+    end_ns: int
+    error: BaseException | None = None
+    source: Any = None
 
 
 @dataclass(slots=True)
@@ -71,6 +89,13 @@ class TrainingState:
     split: bool = False  # the run passed trace_split spans: each epoch is a trace of its own
     # Hook spans (forward, backward, ...) are recorded: False in a step step_sampling leaves out.
     detail: bool = True
+    # An evaluation pass of a plain loop (torch's `validate`/`evaluate`), open while it runs.
+    evaluation: Moment | None = None
+    # Passes a framework opened (validate, evaluate, test, predict, checkpoint), innermost last.
+    passes: list[Moment] = field(default_factory=list)
+    # When the last step ended: the next one never begins before (steps never overlap).
+    last_step_end_ns: int = 0
+    last_epoch_end_ns: int = 0
     # Owners whose own work is running now (a Keras fit(), a Keras layer's call): while
     # one holds the levels, lower owners open no epoch or step. Innermost last.
     holders: list[Owner] = field(default_factory=list)
@@ -81,16 +106,22 @@ class TrainingState:
 # Spans that enclose an open epoch or step (a user's scope around a manual loop): when one
 # of them ends, what it encloses ends first. Mutated in place, never rebound.
 enclosing: set[Any] = set()
-# A completed step of a manual loop, or its fallback epoch once the step ended: (its span,
-# the loop that repeats the steps), to check at the next mark or scope whether the program
-# has left that loop; [None, None] when there is nothing to check.
+# A completed step of a manual loop, or its fallback epoch once the step ended, or an evaluation
+# pass of a plain loop: (its span, the loop that repeats its batches), to check at the next mark
+# or scope whether the program has left that loop; [None, None] when there is nothing to check.
 completed: list[Any] = [None, None]
 # Hook spans noted but not built yet (cirron.hook_spans), any thread: a scope or mark has the
 # ones of its thread built first. Mutated in place, never rebound; empty between hook calls.
 open_hook_spans: list[Any] = []
+# Batch fetches whose step is not known yet (see Fetch). Here, not on the TrainingState, so that
+# a scope or mark finds them with one read: the user's code between a fetch and the first work
+# on the batch (a `ci.scope("augment")`) makes the hooks decide first, so it lands in the step.
+# Mutated in place, never rebound; empty but for the moment between a fetch and its work.
+pending_fetches: list[Fetch] = []
 
 
-def _nothing(*_args: Any) -> None:
+def nothing(*_args: Any) -> None:
+    """What a hook does until the module behind it is imported."""
     return None
 
 
@@ -99,9 +130,11 @@ class Hooks:
     """What the scope code calls into :mod:`cirron.training` and :mod:`cirron.hook_spans` for
     (each set when its module is imported)."""
 
-    enclosing_end: Callable[[Any], None] = _nothing  # a span in `enclosing` is ending
-    loop_check: Callable[[], None] = _nothing  # a mark or scope in the `completed` step
-    build_hook_spans: Callable[[], None] = _nothing  # something nests in `open_hook_spans`
+    enclosing_end: Callable[[Any], None] = nothing  # a span in `enclosing` is ending
+    loop_check: Callable[[], None] = nothing  # a mark or scope in the `completed` step
+    build_hook_spans: Callable[[], None] = nothing  # something nests in `open_hook_spans`
+    # A user's scope or mark comes while `pending_fetches` wait: the fetching hooks decide now.
+    settle_fetches: Callable[[], None] = nothing
 
 
 hooks = Hooks()

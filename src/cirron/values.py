@@ -5,6 +5,13 @@ sequences of those. Users also hand us 0-d numpy arrays, numpy scalars and
 0-d torch tensors; those are unwrapped with ``.item()`` (duck-typed, so the
 core never imports numpy or torch). Anything else is a ``TypeError`` that
 names what was wrong.
+
+A mark's value (:func:`mark_value`) may also be any one-element tensor or
+array (``loss.view(1)``, a metric's ``[1]``-shaped result). One that is still
+on a device (CUDA) is not read at the mark, which would wait for the device:
+the framework's hooks register a :data:`device_reader` that copies it to the
+host without waiting, and the value is filled in on the flush thread once the
+copy has landed (a :class:`Deferred`).
 """
 
 from __future__ import annotations
@@ -39,6 +46,65 @@ def scalar(value: Any, what: str) -> str | bool | int | float:
         f"{what} must be an int, float, bool, str or a 0-d numpy/torch value, "
         f"got {type(value).__name__}"
     )
+
+
+class Deferred:
+    """A mark value that is read later, off the training thread: ``resolve(final)`` returns
+    it, or None while the device has not got there (``final``: wait for it)."""
+
+    __slots__ = ("resolve",)
+
+    def __init__(self, resolve: Any) -> None:
+        self.resolve = resolve
+
+
+# Set by an instrumentor that knows device tensors (torch): ``reader(value)`` returns the
+# ``resolve`` of a Deferred for a one-element tensor on a device, or None to read it now.
+device_reader: list[Any] = [None]
+
+
+def mark_value(value: Any, what: str) -> str | bool | int | float | Deferred:
+    """A mark's value: :func:`scalar`, or the one element of a tensor or array.
+
+    A ``TypeError``/``ValueError`` that names ``what`` when it is neither.
+    """
+    item = getattr(value, "item", None)
+    if item is None or isinstance(value, _SCALARS) or getattr(value, "ndim", None) == 0:
+        if getattr(value, "ndim", None) == 0 and _on_device(value):
+            return _deferred(value, what)
+        try:
+            return scalar(value, what)
+        except TypeError:
+            raise TypeError(
+                f"{what} must be a number, a bool, a str, or a one-element tensor or array, "
+                f"got {type(value).__name__}"
+            ) from None
+    numel = getattr(value, "numel", None)
+    count = numel() if callable(numel) else getattr(value, "size", None)
+    if count != 1:
+        raise TypeError(f"{what} must be a single number, got {type(value).__name__} of {count}")
+    if _on_device(value):
+        return _deferred(value, what)
+    unwrapped = item()
+    if isinstance(unwrapped, _SCALARS):
+        return scalar(unwrapped, what)
+    raise TypeError(f"{what} must be a number, got {type(unwrapped).__name__}")
+
+
+def _on_device(value: Any) -> bool:
+    device = getattr(value, "device", None)
+    kind = getattr(device, "type", None)
+    return kind is not None and kind != "cpu" and device_reader[0] is not None
+
+
+def _deferred(value: Any, what: str) -> str | bool | int | float | Deferred:
+    try:
+        resolve = device_reader[0](value)
+    except Exception:  # noqa: BLE001 - a reader that fails: read it the plain way
+        resolve = None
+    if resolve is None:
+        return scalar(value.item(), what)
+    return Deferred(resolve)
 
 
 def _cut(value: Any) -> Any:

@@ -44,6 +44,7 @@ from typing import Any
 from .. import recorder, training
 from ..guard import guarded
 from ..scopes import close_span, current_span, marks_from, open_span
+from ..training_state import Moment
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 
@@ -60,7 +61,7 @@ class KerasRun:
 
     def __init__(self) -> None:
         self.train: Any = None  # the open `train` span (what close_span needs)
-        self.passes: list[list[Any]] = []  # open validate/evaluate/predict: [opened, batches]
+        self.passes: list[Moment] = []  # open validate/evaluate/predict
 
 
 # -- the callback's moments -------------------------------------------------------------------
@@ -135,23 +136,22 @@ def _pass_begin(run: KerasRun, name: str) -> None:
             attributes["index"] = epoch.index
     elif not _fitting:
         training.take_over(KERAS)
-    opened = open_span(name, attributes)
-    if opened is not None:
-        run.passes.append([opened, 0])
+    moment = training.begin_pass(KERAS, name, attributes)
+    if moment is not None:
+        run.passes.append(moment)
 
 
 @guarded(_SITE)
 def _pass_batch(run: KerasRun) -> None:
     if run.passes:
-        run.passes[-1][1] += 1
+        run.passes[-1].batches += 1
 
 
 def _end_pass(run: KerasRun, logs: Any, error: BaseException | None = None) -> None:
-    opened, batches = run.passes.pop()
-    opened[0].set_attribute("batches", batches)
+    moment = run.passes.pop()
     if logs:
-        marks_from(opened[0], logs, "summary")
-    close_span(opened, error)
+        marks_from(moment.opened[0], logs, "summary")
+    training.end_pass(KERAS, moment, error)
 
 
 _pass_end = guarded(_SITE)(_end_pass)

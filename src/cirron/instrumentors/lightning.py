@@ -44,6 +44,7 @@ from typing import Any
 from .. import training
 from ..guard import guarded
 from ..scopes import close_span, marks_from, open_span
+from ..training_state import Moment
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 
@@ -60,7 +61,7 @@ class LightningRun:
 
     def __init__(self) -> None:
         self.train: Any = None  # the open `train` span of trainer.fit()
-        self.passes: list[list[Any]] = []  # open validate/evaluate/test/predict: [opened, batches]
+        self.passes: list[Moment] = []  # open validate/evaluate/test/predict
         self.epoch_ending = False  # on_train_epoch_end was called: logs now describe the epoch
         self.step_began_at = -1  # trainer.global_step when the open step began
 
@@ -86,6 +87,7 @@ def _fit_start(run: LightningRun, trainer: Any, module: Any) -> None:
 
 @guarded(_SITE)
 def _close_train(run: LightningRun, error: BaseException | None = None) -> None:
+    training.release(LIGHTNING)
     while run.passes:
         _end_pass(run, error)
     training.end_epoch(LIGHTNING, error)
@@ -137,21 +139,19 @@ def _pass_start(run: LightningRun, trainer: Any, name: str) -> None:
                 attributes["index"] = epoch.index
     elif run.train is None:
         training.take_over(LIGHTNING)
-    opened = open_span(name, attributes)
-    if opened is not None:
-        run.passes.append([opened, 0])
+    moment = training.begin_pass(LIGHTNING, name, attributes)
+    if moment is not None:
+        run.passes.append(moment)
 
 
 @guarded(_SITE)
 def _pass_batch(run: LightningRun) -> None:
     if run.passes:
-        run.passes[-1][1] += 1
+        run.passes[-1].batches += 1
 
 
 def _end_pass(run: LightningRun, error: BaseException | None = None) -> None:
-    opened, batches = run.passes.pop()
-    opened[0].set_attribute("batches", batches)
-    close_span(opened, error)
+    training.end_pass(LIGHTNING, run.passes.pop(), error)
 
 
 _pass_end = guarded(_SITE)(_end_pass)
@@ -164,8 +164,8 @@ def _logged(trainer: Any, metrics: Any) -> None:
     if run is None or not metrics:
         return
     if run.passes:  # an evaluation's epoch-end values
-        marks_from(run.passes[-1][0][0], metrics, "summary")
-        opened = run.passes[-1][0][0]
+        opened = run.passes[-1].opened[0]
+        marks_from(opened, metrics, "summary")
         epoch = training.epoch_of(LIGHTNING)
         if epoch is not None and opened.name == "validate" and not trainer.sanity_checking:
             marks_from(epoch.opened[0], metrics, "summary")
@@ -267,6 +267,7 @@ def _fit_begins(trainer: Any, args: Any, kwargs: Any) -> LightningRun | None:
     """``fit()``: a trainer built before the instrumentor gets its callback; ``train`` opens."""
     run = _run_of(trainer, add=True) if _active[0] else None
     if run is not None:
+        training.hold(LIGHTNING)  # its loop has the moments: the torch hooks open none meanwhile
         _open_train(run)
     return run
 

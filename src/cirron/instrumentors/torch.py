@@ -9,21 +9,26 @@ with plain OpenTelemetry::
 What becomes a span:
 
 - ``forward``: one per call of an *outermost* module (attribute ``mode`` =
-  ``train``/``eval``, ``module`` = its class). Calls of its submodules are not
-  spans and cost next to nothing. A loss module called on its own
+  ``train`` in train mode with gradients, else ``eval``; ``module`` = the
+  class of the user's model, inside any DDP / ``torch.compile`` / FSDP /
+  Fabric wrapper, whose class is ``wrapper``). Calls of its submodules are not
+  spans and cost next to nothing. A block that activation checkpointing
+  recomputes during ``backward`` is a ``forward`` with ``recompute`` true
+  inside that backward, never a training forward of its own. A loss module called on its own
   (``nn.CrossEntropyLoss()(out, y)``) is not a span: its time is the gap
   between ``forward`` and ``backward`` in the step.
 - ``backward``: ``loss.backward()`` and ``torch.autograd.backward(...)`` (one
   patch of the latter: ``Tensor.backward`` calls it).
-- ``optimizer_step``: every ``optimizer.step()`` (global optimizer hooks).
-- ``data_load``: the wait inside a DataLoader iterator's ``__next__``.
-- ``step`` and ``epoch``: found from these moments by :mod:`.torch_steps`
-  and reported to :mod:`cirron.training`, which opens them unless a higher
-  owner (``ci.epochs``/``ci.batches``, HF Trainer, Keras) has them.
-
-A training loader is one iterated with gradients enabled while the models
-seen so far are in train mode; loaders under ``torch.no_grad()`` or
-``model.eval()`` open no steps and no epochs.
+- ``optimizer_step``: every ``optimizer.step()`` (global optimizer hooks); one
+  that raises ends with the error. A ``GradScaler.step()`` that skipped the
+  optimizer (inf/NaN gradients) is an ``optimizer_step`` with ``skipped``
+  true, and its step says ``skipped`` and ``loss_scale``.
+- ``data_load``: the wait inside a DataLoader iterator's ``__next__``, a
+  child of the step its batch feeds (status ERROR when the fetch raised).
+- ``step``, ``epoch``, ``validate``/``evaluate``: found from these moments by
+  :mod:`.torch_steps` and reported to :mod:`cirron.training`, which opens them
+  unless a higher owner (``ci.epochs``/``ci.batches``, HF Trainer, Keras) has
+  them.
 
 Every hook runs through the core guard: a failure inside cirron is counted in
 ``ci.health()``, warned about once, and the training step runs on unchanged.
@@ -32,16 +37,18 @@ Every hook runs through the core guard: a failure inside cirron is counted in
 
 from __future__ import annotations
 
+import functools
 import sys
+import threading
 import time
 import weakref
 from typing import Any
 
-from .. import hook_spans, loops, recorder, training
+from .. import hook_spans, loops, recorder, training, training_state, values
 from ..guard import guarded
 from ..hook_spans import HookSpan
 from . import FrameworkInstrumentor
-from .torch_steps import TORCH, TorchLoop
+from .torch_steps import EXHAUSTED, TORCH, LoaderPass, TorchLoop
 
 _SITE = "torch hook"
 
@@ -49,21 +56,22 @@ _SITE = "torch hook"
 _inside_forward = False  # an outermost module call is running (any thread)
 _loss_class: list[Any] = [None]  # torch.nn.modules.loss._Loss once attached
 _inside_train = [False]
-# Outermost modules seen so far: id -> (weak reference, class name of the model
-# inside any DDP / compile wrapper). Tells training loaders from validation
-# ones; a dict, so the hot path only looks an int up.
-_seen_models: dict[int, tuple[weakref.ref[Any], str]] = {}
-_loader_kind: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-_last_loader: list[Any] = [None, None]  # (iterator, kind): most fetches come from the same one
-# The batch samplers of loaders that fed training: a DataLoader's iterators all
-# share its sampler, so its next pass is training even if the model is still in
-# eval mode from a validation run when the first batch is fetched (HF Trainer
-# fetches a step's batches before it calls model.train()).
-_training_samplers: weakref.WeakSet[Any] = weakref.WeakSet()
+# A backward runs, and on which thread: a forward there is activation checkpointing's
+# recomputation. [depth, thread id]
+_backward: list[Any] = [0, None]
+# Outermost modules seen so far: id -> (weak reference, class name of the user's model
+# inside any wrapper, the wrapper's class name or None). Tells a pass that begins while
+# a model trains from one that begins in evaluation; a dict, so the hot path only looks
+# an int up.
+_seen_models: dict[int, tuple[weakref.ref[Any], str, str | None]] = {}
 _optimizer_spans: dict[int, HookSpan] = {}
+_PASS = "_cirron_pass"  # the iterator's attribute: its LoaderPass (one per pass over a loader)
 _cuda: list[Any] = [None]  # torch.cuda once attached: its _initialized flag says CUDA is in use
 _grad_enabled: list[Any] = [None]  # torch.is_grad_enabled once attached
 _loop = TorchLoop()  # what the hooks have seen of the loop (new at every attach)
+
+
+_thread_id = threading.get_ident
 
 
 def _torch() -> Any:
@@ -110,6 +118,31 @@ def _gpu_timer() -> Any:
     return stop
 
 
+def _device_value(tensor: Any) -> Any:
+    """How a mark reads a one-element CUDA tensor without waiting for the device.
+
+    The value is copied to (pinned) host memory behind the work already queued
+    on the current stream, and an event recorded after the copy; the flush
+    thread reads it once the event has passed (``ci.trace()``, a flush or
+    shutdown wait for it). None for other devices: read at the mark.
+    """
+    cuda = _cuda[0]
+    if cuda is None or tensor.device.type != "cuda":
+        return None
+    copy = tensor.detach().reshape(()).to("cpu", non_blocking=True)
+    event = cuda.Event()
+    event.record()
+
+    def resolve(final: bool) -> Any:
+        if not event.query():
+            if not final:
+                return None
+            event.synchronize()
+        return copy.item()
+
+    return resolve
+
+
 def _elapsed_ns(start: Any, end: Any, final: bool) -> int | None:
     """GPU time between two recorded events; None while the GPU hasn't got there."""
     if not end.query():
@@ -120,26 +153,44 @@ def _elapsed_ns(start: Any, end: Any, final: bool) -> int | None:
 
 
 # -- forward -----------------------------------------------------------------------
+# Module wrappers, by class name: the attribute that holds the user's model.
+_WRAPPERS = {
+    "OptimizedModule": "_orig_mod",  # torch.compile
+    "DistributedDataParallel": "module",
+    "DataParallel": "module",
+    "FullyShardedDataParallel": "_fsdp_wrapped_module",  # FSDP (1)
+    "_FabricModule": "_original_module",  # Lightning Fabric
+    "DeepSpeedEngine": "module",
+}
+
+
 def unwrap(model: Any) -> Any:
-    """The model inside DDP / DataParallel / torch.compile wrappers."""
+    """The user's model inside DDP / DataParallel / torch.compile / FSDP / Fabric wrappers."""
     while True:
-        name = type(model).__name__
-        inner = None
-        if name == "OptimizedModule":  # torch.compile
-            inner = getattr(model, "_orig_mod", None)
-        elif name in ("DistributedDataParallel", "DataParallel"):
-            inner = getattr(model, "module", None)
+        attribute = _WRAPPERS.get(type(model).__name__)
+        inner = getattr(model, attribute, None) if attribute is not None else None
         if inner is None:
             return model
         model = inner
 
 
-def _remember(module: Any) -> tuple[weakref.ref[Any], str]:
+def _model_class(module: Any) -> str:
+    """The class the user wrote: FSDP2's ``fully_shard`` makes ``FSDP<Name>`` of it."""
+    cls = type(module)
+    if cls.__name__.startswith("FSDP") and len(cls.__mro__) > 2:
+        for base in cls.__mro__[1:]:
+            if base.__name__ != "FSDPModule" and base.__name__ == cls.__name__[4:]:
+                return base.__name__
+    return cls.__name__
+
+
+def _remember(module: Any) -> tuple[weakref.ref[Any], str, str | None]:
     key = id(module)
-    # A DDP / DataParallel / torch.compile wrapper is named for the model inside.
+    inner = unwrap(module)
     entry = _seen_models[key] = (
         weakref.ref(module, lambda _ref: _seen_models.pop(key, None)),
-        type(unwrap(module)).__name__,
+        _model_class(inner),
+        type(module).__name__ if inner is not module else None,
     )
     return entry
 
@@ -153,11 +204,25 @@ def _any_seen_model_training() -> bool:
 def _open_forward(module: Any) -> HookSpan | None:
     """The ``forward`` span of an outermost call, after telling the loop what work it is."""
     entry = _seen_models.get(id(module)) or _remember(module)
+    attributes: dict[str, Any] = {"mode": "train", "module": entry[1]}
+    if entry[2] is not None:
+        attributes["wrapper"] = entry[2]
+    if _backward[0]:  # inside a backward: activation checkpointing recomputes a block
+        if _backward[1] != _thread_id():
+            return None  # on autograd's own thread: nothing of ours to nest it in
+        attributes["recompute"] = True
+        return _open("forward", attributes)
     if module.training and _grad_enabled[0]():
         _loop.training_work()
-        return _open("forward", {"mode": "train", "module": entry[1]})
-    _loop.evaluation_work()
-    return _open("forward", {"mode": "train" if module.training else "eval", "module": entry[1]})
+    else:
+        attributes["mode"] = "eval"
+        _loop.evaluation_work(sys._getframe(1))
+    return _open("forward", attributes)
+
+
+def _control_flow(error: BaseException) -> bool:
+    """An exception torch raises to stop a recomputation early: not a failure."""
+    return type(error).__name__ == "_StopRecomputationError"
 
 
 def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
@@ -173,7 +238,7 @@ def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
         try:
             result = original(self, *args, **kwargs)
         except BaseException as error:
-            _close_guarded(entered, error)
+            _close_guarded(entered, None if _control_flow(error) else error)
             raise
         _close_guarded(entered)
         return result
@@ -257,11 +322,16 @@ def _make_backward(original: Any) -> Any:
 
     def backward(*args: Any, **kwargs: Any) -> Any:
         entered = _open_backward()
+        running = _backward
+        running[0] += 1
+        running[1] = _thread_id()
         try:
             result = original(*args, **kwargs)
         except BaseException as error:
+            running[0] -= 1
             _close_backward(entered, error)
             raise
+        running[0] -= 1
         _close_backward(entered)
         return result
 
@@ -274,8 +344,9 @@ def _make_backward(original: Any) -> Any:
 @guarded(_SITE)
 def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     stale = _optimizer_spans.pop(id(optimizer), None)
-    if stale is not None:  # the previous step() raised before its post hook
+    if stale is not None:  # the previous step() raised before its post hook (not caught)
         hook_spans.end(stale, RuntimeError("optimizer.step() raised"))
+    _catch_failures(type(optimizer))  # an optimizer built before the hooks attached
     _loop.optimizer_stepping()
     entered = _open("optimizer_step", {"optimizer": type(optimizer).__name__})
     if entered is not None:
@@ -291,8 +362,9 @@ def _after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 
 
 @guarded(_SITE)
-def _optimizer_built() -> None:
+def _optimizer_built(optimizer: Any) -> None:
     _loop.optimizer_built()
+    _catch_failures(type(optimizer))
 
 
 def _make_optimizer_init(original: Any) -> Any:
@@ -300,105 +372,153 @@ def _make_optimizer_init(original: Any) -> Any:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        _optimizer_built()
+        _optimizer_built(self)
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
     return __init__
 
 
-# -- data loading ------------------------------------------------------------------
-# A loader's kind (see _classify), tested by set membership on every fetch.
-_TRAINING = frozenset({"training", "training+batches"})
-_DRIVEN = frozenset({"training+batches", "eval+batches"})
+# Optimizer classes whose step() we wrapped, with the step() torch had given them.
+_failure_catchers: list[tuple[type, Any]] = []
 
 
-def _classify(iterator: Any) -> str:
-    """``training``, ``eval``, or either with ``+batches`` when ``ci.batches`` drives it.
+def _catch_failures(cls: type) -> None:
+    """``cls.step`` (torch's hooked wrapper) inside one that ends the ``optimizer_step`` span
+    of a call that raises, with the error: torch calls no post hook then."""
+    step = cls.__dict__.get("step")
+    if step is None or getattr(step, "_cirron_catches", False):
+        return
+    failed = guarded(_SITE)(_optimizer_failed)
 
-    The fetch hook asks only when the iterator is not the previous fetch's.
-    """
-    kind = _loader_kind.get(iterator)
-    if kind is None:
-        sampler = getattr(iterator, "_index_sampler", None)
-        training_loader = _torch().is_grad_enabled() and (
-            not _seen_models or _fed_training(sampler) or _any_seen_model_training()
-        )
-        if training_loader:
-            _remember_training(sampler)
-        kind = "training" if training_loader else "eval"
-        if loops.driven_by_batches(iterator):
-            kind += "+batches"
-        _loader_kind[iterator] = kind
-    _last_loader[0], _last_loader[1] = iterator, kind
-    return kind
+    def catching(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return step(self, *args, **kwargs)
+        except BaseException as error:
+            failed(self, error)
+            raise
 
-
-def _fed_training(sampler: Any) -> bool:
-    try:
-        return sampler in _training_samplers
-    except TypeError:  # not weakly referenceable
-        return False
+    functools.update_wrapper(catching, step)  # keeps torch's `hooked` mark: no second wrap
+    catching._cirron_catches = True  # type: ignore[attr-defined]
+    _failure_catchers.append((cls, step))
+    cls.step = catching  # type: ignore[attr-defined]
 
 
-def _remember_training(sampler: Any) -> None:
-    try:
-        _training_samplers.add(sampler)
-    except TypeError:
-        pass
+def _optimizer_failed(optimizer: Any, error: BaseException) -> None:
+    entered = _optimizer_spans.pop(id(optimizer), None)
+    if entered is not None:
+        hook_spans.end(entered, error)
 
 
-def _forget(iterator: Any) -> None:
-    """A persistent-workers iterator starts over: classify its next pass afresh."""
-    _loader_kind.pop(iterator, None)
-    if _last_loader[0] is iterator:
-        _last_loader[0] = _last_loader[1] = None
+# -- GradScaler ----------------------------------------------------------------------
+@guarded(_SITE)
+def _scaler_begins() -> tuple[int, int]:
+    return _loop.optimizer_steps, time.time_ns()
 
 
 @guarded(_SITE)
-def _after_fetch(iterator: Any, kind: str, started: int, exhausted: bool) -> None:
-    """Tell the loop about a fetch that began at ``started``; record its data_load."""
-    # Under ci.batches the batch spans are the steps and carry the wait as
-    # data_load_ns: only the epoch boundaries are ours to find.
-    driven = kind in _DRIVEN
-    if kind in _TRAINING:
-        if exhausted:
-            # The last step ends where the loader runs dry; the fetch that only
-            # found it empty is a data_load of the epoch, not of that step.
-            _loop.training_loader_exhausted(driven)
-        else:
-            _loop.training_fetch(iterator, started, driven)
-    if not driven:
-        hook_spans.record("data_load", {}, started)
-    if exhausted:
-        _forget(iterator)
+def _scaler_ends(token: tuple[int, int], scaler: Any, optimizer: Any) -> None:
+    """``GradScaler.step`` returned: if it skipped ``optimizer.step()``, that is still the
+    step's optimizer moment, and the step says it was skipped, with the loss scale."""
+    steps_before, started = token
+    if _loop.optimizer_steps != steps_before:
+        return  # it stepped: the optimizer hooks saw it
+    scale = getattr(scaler, "_scale", None)
+    attributes: dict[str, Any] = {"skipped": True}
+    if scale is not None:
+        # Read once per skipped step only, after GradScaler read found_inf itself
+        # (so the device has nothing of ours to wait for).
+        attributes["loss_scale"] = float(scale.item() if hasattr(scale, "item") else scale)
+    _loop.skipped_step(attributes, sys._getframe(1))
+    step = training.step_of(TORCH)
+    hook_spans.record_on(
+        step.opened[0] if step is not None else None,
+        "optimizer_step",
+        {"optimizer": type(optimizer).__name__, "skipped": True},
+        started,
+        time.time_ns(),
+    )
+
+
+def _make_scaler_step(original: Any) -> Any:
+    """Our ``torch.amp.GradScaler.step`` (``torch.cuda.amp``'s too: a subclass)."""
+
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _scaler_begins()
+        result = original(self, optimizer, *args, **kwargs)
+        if token is not None:
+            _scaler_ends(token, self, optimizer)
+        return result
+
+    step.__wrapped__ = original  # type: ignore[attr-defined]
+    return functools.update_wrapper(step, original)
+
+
+# -- data loading ------------------------------------------------------------------
+def _pass_of(iterator: Any) -> LoaderPass:
+    """The pass a DataLoader iterator begins (asked at its first fetch, and after a reset)."""
+    training_now = _torch().is_grad_enabled() and (not _seen_models or _any_seen_model_training())
+    sampler = getattr(iterator, "_index_sampler", None)
+    loader_pass = LoaderPass(
+        iterator,
+        sampler if sampler is not None else iterator,
+        training_now,
+        loops.driven_by_batches(iterator),
+    )
+    setattr(iterator, _PASS, loader_pass)
+    return loader_pass
+
+
+_fetch_begins = guarded(_SITE)(lambda loader_pass, now: _loop.fetch_begins(loader_pass, now))
+_fetch_ends = guarded(_SITE)(
+    lambda loader_pass, started, outcome: _loop.fetch_ends(loader_pass, started, outcome)
+)
 
 
 def _make_next(original: Any) -> Any:
     time_ns = time.time_ns
-    classify = guarded(_SITE)(_classify)
+    pass_of = guarded(_SITE)(_pass_of)
 
     def __next__(self: Any) -> Any:
-        # Most fetches come from the loader of the previous one: no call for them.
-        kind = _last_loader[1] if self is _last_loader[0] else classify(self)
-        if kind is None:  # the guard caught a failure: the batch still comes
+        loader_pass = self.__dict__.get(_PASS) or pass_of(self)
+        if loader_pass is None:  # the guard caught a failure: the batch still comes
             return original(self)
         started = time_ns()
+        _fetch_begins(loader_pass, started)
         try:
             item = original(self)
         except StopIteration:
-            _after_fetch(self, kind, started, exhausted=True)
+            _fetch_ends(loader_pass, started, EXHAUSTED)
             raise
-        _after_fetch(self, kind, started, exhausted=False)
+        except Exception as error:
+            _fetch_ends(loader_pass, started, error)
+            raise
+        _fetch_ends(loader_pass, started, None)
         return item
 
     __next__.__wrapped__ = original  # type: ignore[attr-defined]
     return __next__
 
 
+def _make_reset(original: Any) -> Any:
+    """Our ``_BaseDataLoaderIter._reset``: an iterator whose workers persist starts a new pass."""
+
+    def _reset(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.__dict__.pop(_PASS, None)
+        return original(self, *args, **kwargs)
+
+    _reset.__wrapped__ = original  # type: ignore[attr-defined]
+    return _reset
+
+
+_settle = guarded(_SITE)(lambda: _loop.settle())
+
+
 @guarded(_SITE)
 def _end_torch_moments() -> None:
+    training.end_evaluation(TORCH)
     training.end_step(TORCH)
     training.end_epoch(TORCH)
+    training.record_fetches(training.take_fetches())
 
 
 class TorchInstrumentor(FrameworkInstrumentor):
@@ -423,23 +543,32 @@ class TorchInstrumentor(FrameworkInstrumentor):
         self.patch(module_class, "train", _make_train(module_class.__dict__["train"]))
         self.patch(torch.autograd, "backward", _make_backward(torch.autograd.backward))
         self.patch(_BaseDataLoaderIter, "__next__", _make_next(_BaseDataLoaderIter.__next__))
+        self.patch(_BaseDataLoaderIter, "_reset", _make_reset(_BaseDataLoaderIter._reset))
         optimizer_class = torch.optim.Optimizer
         self.patch(
             optimizer_class, "__init__", _make_optimizer_init(optimizer_class.__dict__["__init__"])
         )
+        scaler_class = torch.amp.GradScaler
+        self.patch(scaler_class, "step", _make_scaler_step(scaler_class.__dict__["step"]))
         self._handles.append(register_optimizer_step_pre_hook(_before_optimizer_step))
         self._handles.append(register_optimizer_step_post_hook(_after_optimizer_step))
         _cuda[0] = torch.cuda
         _grad_enabled[0] = torch.is_grad_enabled
+        training_state.hooks.settle_fetches = _settle
+        values.device_reader[0] = _device_value
 
     def remove(self) -> None:
         if recorder.current is not None:  # no hook will see another boundary: end ours
             _end_torch_moments()
+        training_state.hooks.settle_fetches = training_state.nothing
+        values.device_reader[0] = None
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for cls, step in reversed(_failure_catchers):
+            cls.step = step  # type: ignore[attr-defined]
+        _failure_catchers.clear()
         _optimizer_spans.clear()
         _seen_models.clear()
-        _training_samplers.clear()
-        _last_loader[0] = _last_loader[1] = None
+        _backward[0], _backward[1] = 0, None
         _cuda[0] = _grad_enabled[0] = None

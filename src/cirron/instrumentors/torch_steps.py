@@ -1,112 +1,313 @@
-"""How the torch hooks find the steps and epochs of a plain loop, and report them.
+"""How the torch hooks find the steps, epochs and evaluation passes of a plain loop.
 
 A plain torch loop has no callback that says "a step begins". The hooks see
-lower-level moments (a batch fetched from a training DataLoader, a training
-forward or backward, an optimizer step, the loader running dry) and this
-module turns them into the training moments of :mod:`cirron.training`, as
-the ``torch`` owner. Whether a ``step`` or ``epoch`` is opened at all is the
-core's decision: under ``ci.epochs``/``ci.batches`` or a framework's loop the
-torch owner yields, and its reports change nothing.
+lower-level moments (a batch fetched from a DataLoader, a forward, a backward,
+an optimizer step, a loader running dry) and this module turns them into the
+training moments of :mod:`cirron.training`, as the ``torch`` owner. Whether a
+``step`` or ``epoch`` is opened at all is the core's decision: under
+``ci.epochs``/``ci.batches`` or a framework's loop the torch owner yields.
 
-- **With a DataLoader**, a step runs from the fetch of its first batch to the
-  fetch of the next step's first batch (several fetches, forwards and
-  backwards per optimizer step are one step: gradient accumulation), or to the
-  loader running dry; an epoch is a pass over the training loader, from its
-  first fetch until the next pass begins.
-- **A prefetching loader** (accelerate's) runs dry before the last batches it
-  delivered are used. When it does, a step whose batches have not reached a
-  backward yet goes on, and until the next pass the steps follow the work
-  (first forward or backward to the optimizer step), each ending at its
-  optimizer step.
-- **Without a DataLoader**, a step opens at the first training forward or
-  backward after the previous step's work is done. Its work is done at the
-  optimizer step, or, in a loop with no optimizer (parameters updated by hand),
-  at the backward: so the next training forward after a backward begins the
-  next step. A loop has an optimizer once one was built or stepped while the
-  hooks were on. Epochs are every ``epoch_steps`` steps (a fallback epoch).
-- A step whose work is done stays open for the marks made after
-  ``optimizer.step()``; it ends when the next step begins, when evaluation
-  begins (a forward in eval mode or without gradients), or when the program
-  leaves the loop that repeats the steps (the core checks at the next mark or
-  scope: see :mod:`cirron.loop_frames`).
+**The work decides, not the loader.** A fetched batch waits (a
+:class:`cirron.training_state.Fetch`) until the program does something with
+it: training work (a forward in train mode with gradients, a backward, an
+optimizer step) makes its loader pass a training pass, and the batch the
+first fetch of a step; a forward in eval mode or without gradients makes the
+pass an evaluation pass. So a loader peeked at (``next(iter(loader))``), a
+batch skipped with ``continue``, or the training loader iterated again for
+evaluation never opens an epoch or a step.
+
+- **A step** is the training work up to an optimizer moment
+  (``optimizer.step()``, or ``GradScaler.step()`` whether or not it stepped).
+  It runs from the start of the fetch of its first batch to the start of the
+  next step's first fetch: every fetch of gradient accumulation's
+  micro-batches is in the step that ends with the optimizer step. A step
+  whose optimizer moment has passed stays open for the marks that follow;
+  it ends when the next fetch begins, when evaluation begins, or when the
+  program leaves the loop that repeats the steps (the core checks at the
+  next mark or scope: see :mod:`cirron.loop_frames`). Without any loader,
+  a step opens at the first training work after the previous one's optimizer
+  moment (or backward, in a loop with no optimizer).
+- **An epoch** is one pass of the training loop over its loader(s): loaders
+  whose passes feed the same steps (zipped, or taken in turns) are one
+  epoch's; a new pass over one of them, or any new pass once one of them ran
+  dry, begins the next epoch, at the start of its first fetch. Work after the
+  loader ran dry (a loader that fetches one batch ahead) still belongs to the
+  epoch's last step, or to a step of its own when that one had its optimizer
+  moment.
+- **An evaluation pass** (``validate`` inside a training epoch, ``evaluate``
+  outside one) is a loader pass whose batches go to forwards in eval mode or
+  without gradients; it ends when its loader runs dry, when another loader
+  is fetched from, or when training work resumes.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 import weakref
 from typing import Any
 
-from .. import loop_frames, recorder, training
+from .. import loop_frames, recorder, training, training_state
+from ..training_state import Fetch
 
 TORCH = training.owner("torch")
-# Frames that are not the user's loop: torch's own, and cirron's hooks.
-_NOT_THE_USERS = ("torch", "cirron")
+# Frames that are not the user's loop: torch's own, cirron's hooks, and the wrappers of
+# loaders and optimizers that Accelerate and Lightning Fabric put around the user's.
+_NOT_THE_USERS = ("torch", "cirron", "accelerate", "lightning")
+# The loop that consumes a loader: not a generator that wraps it (a prefetcher).
+_CONSUMING_LOOP = (*_NOT_THE_USERS, loop_frames.GENERATORS)
+_pending = training_state.pending_fetches  # mutated in place, never rebound
+_thread_id = threading.get_ident
+_time_ns = time.time_ns
+
+# What a loader pass turned out to feed.
+UNKNOWN, TRAINING, EVALUATION, DRIVEN = range(4)
+EXHAUSTED = StopIteration  # a fetch's outcome: the loader ran dry
+
+
+class LoaderPass:
+    """One pass of one DataLoader iterator: what its batches have fed so far."""
+
+    __slots__ = ("iterator", "loader", "role", "batches", "prior_training")
+
+    def __init__(self, iterator: Any, loader: Any, prior_training: bool, driven: bool) -> None:
+        self.iterator = weakref.ref(iterator)  # dead once the program dropped it (a peek)
+        self.loader = loader  # what every iterator of one DataLoader shares (its sampler)
+        self.role = DRIVEN if driven else UNKNOWN
+        self.batches = 0
+        # Gradients were on and a model in train mode when it began: how to read a scope or
+        # mark made between a fetch and the first work on the batch.
+        self.prior_training = prior_training
+
+
+def _state() -> Any:
+    return (recorder.current or recorder.active()).training
 
 
 class TorchLoop:
-    """What the hooks have seen of the loop so far (reset when the hooks attach)."""
+    """What the hooks have seen of the loop so far (new when the hooks attach)."""
 
     def __init__(self) -> None:
-        self.loader_driven = False  # training fetches (not forwards) open the steps
-        self.loader_dry = False  # the training loader ran dry; the work still goes on
-        self.batch_used = False  # a backward ran since the last training fetch
         self.has_optimizer = False  # steps end at optimizer steps (else at backwards)
-        self._training_iterator: weakref.ref[Any] | None = None
+        self.optimizer_steps = 0  # optimizer.step() calls so far (a GradScaler's may skip one)
+        self.epoch_passes: list[LoaderPass] = []  # the training passes of the open epoch
+        self.dry = False  # one of them ran dry: the epoch's last work may still come
+        self.evaluation_pass: LoaderPass | None = None  # the pass of the open evaluation
+        self.training_thread: int | None = None  # the thread of the last training work
 
-    # -- a training DataLoader -------------------------------------------------------------
-    def training_fetch(self, iterator: Any, started_ns: int, driven_by_batches: bool) -> None:
-        """A training loader's iterator returned a batch; its fetch began at ``started_ns``.
-
-        Told after the fetch (so the fetch that only finds the loader exhausted
-        opens nothing), the new step and epoch are backdated to the fetch start.
-        """
-        previous = self._training_iterator() if self._training_iterator else None
-        if previous is not iterator:  # a new pass over the training data
-            self._training_iterator = weakref.ref(iterator)
-            self.loader_driven, self.loader_dry = True, False
-            training.begin_epoch(TORCH, start_ns=started_ns)
-        elif (recorder.current or recorder.active()).training.epoch is None:
-            training.begin_epoch(TORCH, start_ns=started_ns)
-        if driven_by_batches:  # ci.batches' batch spans are the steps
+    # -- fetches -------------------------------------------------------------------------------
+    def fetch_begins(self, loader_pass: LoaderPass, now: int) -> None:
+        """A fetch from ``loader_pass`` begins at ``now``: the step before it is over."""
+        if loader_pass.role == DRIVEN:
             return
-        self.batch_used = False
-        step = (recorder.current or recorder.active()).training.step  # no call: every hook
-        if step is None or step.owner is TORCH and step.complete:
-            training.begin_step(TORCH, start_ns=started_ns)
+        state = _state()
+        step = state.step
+        if step is not None and step.owner is TORCH and step.complete:
+            training.end_step(TORCH, end_ns=now)
+        if self.evaluation_pass is not None and self.evaluation_pass is not loader_pass:
+            self.evaluation_pass = None
+            training.end_evaluation(TORCH, end_ns=now)
+        if loader_pass.batches == 0 and self.epoch_passes and loader_pass.role == UNKNOWN:
+            if self.dry or any(p.loader is loader_pass.loader for p in self.epoch_passes):
+                training.epoch_boundary(TORCH)  # a new pass: the model is final for the epoch
 
-    def training_loader_exhausted(self, driven_by_batches: bool) -> None:
-        self._training_iterator = None  # a persistent-workers iterator may start over
-        if driven_by_batches:
+    def fetch_ends(self, loader_pass: LoaderPass, started: int, outcome: Any) -> None:
+        """The fetch that began at ``started`` returned a batch (``outcome`` None), found the
+        loader dry (:data:`EXHAUSTED`), or raised (``outcome`` is the exception)."""
+        if loader_pass.role == DRIVEN:
+            self._driven_fetch(loader_pass, started, outcome)
             return
-        # A step whose batches are fetched but not used yet (a prefetching loader)
-        # goes on; any other ends here, as the loader ran dry.
-        step = training.step_of(TORCH)
-        if step is None or step.complete or self.batch_used:
-            training.end_step(TORCH)
-        # The work still to come (a prefetcher's last batches) drives the steps
-        # until the next pass.
-        self.loader_dry, self.loader_driven = True, False
+        error = outcome if isinstance(outcome, BaseException) else None
+        fetch = Fetch(started, _time_ns(), error, loader_pass)
+        if self.training_thread is not None and _thread_id() != self.training_thread:
+            training.record_fetches([fetch])  # a thread of its own that prefetches: not a step's
+            return
+        if outcome is EXHAUSTED:
+            self._exhausted(loader_pass, fetch)
+            return
+        loader_pass.batches += 1
+        state = _state()
+        if loader_pass is self.evaluation_pass:
+            evaluation = state.evaluation
+            if evaluation is not None and evaluation.owner is TORCH:
+                evaluation.batches += 1
+                training.record_fetches([fetch], evaluation.opened[0])
+                return
+            self.evaluation_pass = None
+        step = state.step
+        if loader_pass.role == TRAINING and step is not None and step.owner is TORCH:
+            if not step.complete:  # another micro-batch of this step
+                training.record_fetches([fetch], step.opened[0])
+                return
+        _pending.append(fetch)
+        if error is not None:  # recorded now, in case the error ends the training
+            self.settle()
+
+    def _exhausted(self, loader_pass: LoaderPass, fetch: Fetch) -> None:
+        state = _state()
+        if loader_pass is self.evaluation_pass:
+            self.evaluation_pass = None
+            evaluation = state.evaluation
+            if evaluation is not None and evaluation.owner is TORCH:
+                training.record_fetches([fetch], evaluation.opened[0])
+                training.end_evaluation(TORCH)
+                return
+        # Its fetches that no work followed (batches skipped with `continue`), and this one.
+        waiting = [f for f in training.take_fetches() if not self._keep(f, loader_pass)]
+        waiting.append(fetch)
+        if loader_pass.role != TRAINING or not training.may_own(TORCH):
+            training.record_fetches(waiting)  # a pass nothing was trained on: where we are
+            return
+        self.dry = True
+        epoch = state.epoch
+        training.record_fetches(waiting, epoch.opened[0] if epoch is not None else None)
+        step = state.step
+        if step is not None and step.owner is TORCH and not step.complete:
+            # The last batches' work may still come (a loader that fetches ahead); once the
+            # program leaves this loop, the step ends (accumulation with no final step).
+            training.step_left_with(TORCH, loop_frames.position(sys._getframe(1), _CONSUMING_LOOP))
+
+    def _keep(self, fetch: Fetch, loader_pass: LoaderPass) -> bool:
+        """Put ``fetch`` back to wait, unless it is ``loader_pass``'s."""
+        if fetch.source is loader_pass:
+            return False
+        _pending.append(fetch)
+        return True
+
+    def _driven_fetch(self, loader_pass: LoaderPass, started: int, outcome: Any) -> None:
+        """A loader ``ci.batches`` drives: its batches are the steps; the epochs are ours."""
+        if outcome is not None or not loader_pass.prior_training:
+            return
+        first = loader_pass.batches == 0
+        loader_pass.batches += 1
+        if first or _state().epoch is None:
+            training.begin_epoch(TORCH, start_ns=started)
 
     # -- the work ------------------------------------------------------------------------------
     def training_work(self) -> None:
-        """A forward in training mode with gradients, or a backward: a step's work."""
-        if self.loader_driven:  # fetches open the steps
+        """A forward in train mode with gradients, a backward, or an optimizer moment."""
+        self.training_thread = _thread_id()
+        if _pending:
+            self._begin_training_step()
             return
-        step = (recorder.current or recorder.active()).training.step  # no call: every hook
-        if step is not None and (step.owner is not TORCH or not step.complete):
-            return  # this step's work goes on, or a higher owner's step has it
-        # After the loader ran dry, steps without fallback epochs: the pass's epoch goes on.
-        training.begin_step(TORCH, fallback_epoch=not self.loader_dry)
+        state = _state()
+        if self.evaluation_pass is not None:  # training again, with no fetch in between
+            self.evaluation_pass = None
+            training.end_evaluation(TORCH)
+        step = state.step
+        if step is None:
+            training.begin_step(TORCH, fallback_epoch=not self.epoch_passes)
+        elif step.owner is TORCH and step.complete and (self.dry or not self.epoch_passes):
+            # No fetch marks the batch (no loader, or the loader ran dry): a new step.
+            training.begin_step(TORCH, fallback_epoch=not self.epoch_passes)
 
-    def evaluation_work(self) -> None:
-        """A forward in eval mode or without gradients: a step whose work is done ends."""
-        step = (recorder.current or recorder.active()).training.step  # no call: every hook
+    def _begin_training_step(self) -> None:
+        """The waiting fetches fed training work: their step (and epoch) begin where the
+        first of them began."""
+        if not training.may_own(TORCH):  # a framework's step or pass: they are its
+            training.record_fetches(training.take_fetches())
+            return
+        fetches = self._fed(training.take_fetches())
+        if not fetches:
+            self.training_work()
+            return
+        state = _state()
+        passes: list[LoaderPass] = []
+        for fetch in fetches:
+            if fetch.source not in passes:
+                passes.append(fetch.source)
+        new = [p for p in passes if p.role != TRAINING]
+        start = fetches[0].start_ns
+        if new:
+            if self._begins_epoch(state, new):
+                training.begin_epoch(TORCH, start_ns=start)  # the last one ends there
+                self.epoch_passes, self.dry = passes, False
+            else:  # another loader of this epoch's loop (zipped, or in turns)
+                self.epoch_passes.extend(new)
+            for loader_pass in new:
+                loader_pass.role = TRAINING
+        if self.evaluation_pass is not None:
+            self.evaluation_pass = None
+            training.end_evaluation(TORCH, end_ns=start)
+        step = state.step
+        if step is not None and step.owner is TORCH and not step.complete:
+            training.record_fetches(fetches, step.opened[0])  # more batches of this step
+        else:
+            training.begin_step(TORCH, fetches=fetches)
+
+    def _begins_epoch(self, state: Any, new: list[LoaderPass]) -> bool:
+        """Do the passes in ``new`` begin the next epoch, or join the open one?"""
+        epoch = state.epoch
+        if epoch is None or epoch.owner is not TORCH or epoch.fallback or self.dry:
+            return True
+        loaders = [p.loader for p in self.epoch_passes]
+        return any(p.loader in loaders for p in new)
+
+    def _fed(self, fetches: list[Fetch]) -> list[Fetch]:
+        """``fetches`` without those of passes the program dropped after a fetch or two
+        (``next(iter(loader))``); those are recorded where the program was."""
+        dropped: list[Fetch] = []
+        kept: list[Fetch] = []
+        for fetch in fetches:
+            source = fetch.source
+            if isinstance(source, LoaderPass) and source.iterator() is None:
+                dropped.append(fetch)
+            elif isinstance(source, LoaderPass) and any(
+                later.source is not source and later.source.loader is source.loader
+                for later in fetches
+                if isinstance(later.source, LoaderPass) and later.start_ns > fetch.start_ns
+            ):
+                dropped.append(fetch)  # a newer pass over the same loader took over
+            else:
+                kept.append(fetch)
+        if dropped:
+            training.record_fetches(dropped)
+        return kept
+
+    def evaluation_work(self, frame: Any) -> None:
+        """A forward in eval mode or without gradients (``frame``: the hook's caller)."""
+        if _pending:
+            source = _pending[-1].source
+            if isinstance(source, LoaderPass) and source.role != TRAINING:
+                if not source.prior_training:
+                    self._begin_evaluation(source, frame)
+            return  # (else a forward inside a training iteration: a teacher's, say)
+        step = _state().step
         if step is not None and step.complete:
             training.end_completed_step(TORCH)
 
+    def _begin_evaluation(self, source: LoaderPass, frame: Any) -> None:
+        if not training.may_own(TORCH):
+            training.record_fetches(training.take_fetches())
+            return
+        fetches = self._fed(training.take_fetches())
+        others = [f for f in fetches if f.source is not source]
+        if others:  # fetches of other loaders that no work followed: where we are
+            training.record_fetches(others)
+        mine = [f for f in fetches if f.source is source]
+        if not mine:
+            return
+        loop = loop_frames.position(frame, _NOT_THE_USERS)
+        if training.begin_evaluation(TORCH, fetches=mine, loop=loop) is not None:
+            source.role = EVALUATION
+            self.evaluation_pass = source
+
+    def settle(self) -> None:
+        """A scope or mark comes between a fetch and the first work on its batch: the pass
+        is read as it began (gradients on and a model training: training)."""
+        if not _pending or (
+            self.training_thread is not None and _thread_id() != self.training_thread
+        ):
+            return
+        source = _pending[-1].source
+        if isinstance(source, LoaderPass) and not source.prior_training:
+            if source.role != TRAINING:
+                self._begin_evaluation(source, sys._getframe(2))
+                return
+        self.training_work()
+
     def backward_done(self) -> None:
-        self.batch_used = True
         if not self.has_optimizer:  # a loop with no optimizer (so far): its backward ends it
             self._complete(sys._getframe(1))
 
@@ -114,6 +315,7 @@ class TorchLoop:
         self.has_optimizer = True
 
     def optimizer_stepping(self) -> None:
+        self.optimizer_steps += 1
         if not self.has_optimizer:
             # The first optimizer step of a loop whose optimizer was built before the
             # hooks attached: the backward did not end this step after all.
@@ -122,14 +324,21 @@ class TorchLoop:
         self.training_work()
 
     def optimizer_stepped(self) -> None:
-        if self.loader_dry:  # a step after the loader ran dry ends here
-            training.end_step(TORCH)
-            return
         # The user's loop is above the post hook, its guard and torch's optimizer
         # wrapper: start there (loop_frames skips cirron's and torch's frames anyway).
         self._complete(sys._getframe(3))
 
+    def skipped_step(self, attributes: dict[str, Any], frame: Any) -> None:
+        """A ``GradScaler.step`` that found inf/NaN gradients and skipped the optimizer: still
+        the step's optimizer moment, and the step says so (``attributes``)."""
+        self.training_work()
+        step = _state().step
+        if step is not None and step.owner is TORCH:
+            for key, value in attributes.items():
+                step.opened[0].set_attribute(key, value)
+            self._complete(frame)
+
     def _complete(self, frame: Any) -> None:
-        step = (recorder.current or recorder.active()).training.step  # no call: every hook
+        step = _state().step  # no call: every hook
         if step is not None and step.owner is TORCH:
             training.complete_step(TORCH, loop_frames.position(frame, _NOT_THE_USERS))

@@ -170,6 +170,7 @@ def _train_begins(trainer: Any, args: Any, kwargs: Any) -> list[Any] | None:
     if not _active[0]:
         return None
     training.take_over(TRAINLOOP)
+    training.hold(TRAINLOOP)  # its loop has the moments: the torch hooks open none meanwhile
     attributes = {
         "max_steps": int(trainer.max_steps),
         "gradient_accumulation_steps": int(trainer.gradient_accumulation_steps),
@@ -178,6 +179,7 @@ def _train_begins(trainer: Any, args: Any, kwargs: Any) -> list[Any] | None:
 
 
 def _train_ends(token: list[Any], error: BaseException | None) -> None:
+    training.release(TRAINLOOP)
     training.end_epoch(TRAINLOOP, error)  # with the step inside it
     training.end_step(TRAINLOOP, error)  # a step opened inside an epoch of a higher owner
     if token[0] is not None:

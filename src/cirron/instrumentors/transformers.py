@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from typing import Any
 
 from .. import recorder, training
 from ..guard import guarded
 from ..scopes import close_span, marks_from, open_span
+from ..training_state import Moment
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 
@@ -65,7 +67,7 @@ class TrainerRun:
         self.train: Any = None  # the open `train` span (what close_span needs)
         self.epoch_ending = False  # on_epoch_end was called: logs now describe the epoch
         self.updates_left: int | None = None  # optimizer steps left in this epoch
-        self.evaluations: list[list[Any]] = []  # open evaluation spans: [opened, batches]
+        self.evaluations: list[Moment] = []  # open evaluation (and checkpoint) passes
 
     @property
     def training(self) -> bool:
@@ -75,10 +77,15 @@ class TrainerRun:
 # -- the callback's moments -------------------------------------------------------------------
 @guarded(_SITE)
 def _train_begin(run: TrainerRun, args: Any, state: Any, model: Any) -> None:
+    # The epochs it will run: max_steps may say otherwise than the argument (the Trainer
+    # works it out before on_train_begin; an iterable dataset's count is unknown).
+    epochs = getattr(state, "num_train_epochs", 0)
+    if not isinstance(epochs, int) or not 0 < epochs < sys.maxsize:
+        epochs = args.num_train_epochs
     run.train = open_span(
         "train",
         {
-            "num_train_epochs": float(args.num_train_epochs),
+            "num_train_epochs": float(epochs),
             "max_steps": int(state.max_steps or 0),
             "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
         },
@@ -149,7 +156,7 @@ def _log(run: TrainerRun, logs: dict[str, Any]) -> None:
         marks_from(run.train[0] if run.train else None, logs, "summary")
         return
     if run.evaluations:  # metrics of the evaluation running now
-        marks_from(run.evaluations[-1][0][0], logs, "summary")
+        marks_from(run.evaluations[-1].opened[0], logs, "summary")
         epoch = training.epoch_of(HF)
         if run.epoch_ending and epoch is not None:
             marks_from(epoch.opened[0], logs, "summary")
@@ -160,13 +167,13 @@ def _log(run: TrainerRun, logs: dict[str, Any]) -> None:
 @guarded(_SITE)
 def _prediction_step(run: TrainerRun) -> None:
     if run.evaluations:
-        run.evaluations[-1][1] += 1
+        run.evaluations[-1].batches += 1
 
 
 @guarded(_SITE)
 def _predict_metrics(run: TrainerRun, metrics: dict[str, Any]) -> None:
     if run.evaluations:
-        marks_from(run.evaluations[-1][0][0], metrics, "summary")
+        marks_from(run.evaluations[-1].opened[0], metrics, "summary")
 
 
 def _make_callback_class() -> Any:
@@ -267,20 +274,17 @@ def _begin_pass(name: str, describe: Any) -> Any:
                 attributes["index"] = epoch.index
         if run.training:
             training.end_completed_step(HF)  # never inside a step
-        opened = open_span(span_name, attributes)
-        if opened is None:
+        moment = training.begin_pass(HF, span_name, attributes)
+        if moment is None:
             return None
-        run.evaluations.append([opened, 0])
+        run.evaluations.append(moment)
         return run
 
     return begin
 
 
 def _end_pass(run: TrainerRun, error: BaseException | None) -> None:
-    opened, batches = run.evaluations.pop()
-    if opened[0].name != "checkpoint":
-        opened[0].set_attribute("batches", batches)
-    close_span(opened, error)
+    training.end_pass(HF, run.evaluations.pop(), error)
 
 
 def _pass_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -316,18 +320,22 @@ def _add_callback(trainer: Any, error: BaseException | None) -> None:
 
 
 def _train_begins(trainer: Any, args: Any, kwargs: Any) -> Any:
-    """``train()``: a trainer built before the instrumentor gets its callback now."""
-    return trainer if _active[0] and _run_of(trainer, add=True) is not None else None
+    """``train()``: a trainer built before the instrumentor gets its callback now; its loop
+    has the training moments (the torch hooks open none while it runs)."""
+    if not _active[0] or _run_of(trainer, add=True) is None:
+        return None
+    training.hold(HF)
+    return trainer
 
 
 def _train_ends(trainer: Any, error: BaseException | None) -> None:
-    """``train()`` raised: what it opened ends with the error recorded."""
+    """``train()`` returned, or raised: then what it opened ends with the error recorded."""
+    training.release(HF)
     run = _run_of(trainer)
     if error is None or run is None:
         return
     while run.evaluations:
-        opened, _ = run.evaluations.pop()
-        close_span(opened, error)
+        training.end_pass(HF, run.evaluations.pop(), error)
     training.end_epoch(HF, error)
     training.end_step(HF, error)
     train, run.train = run.train, None
