@@ -117,3 +117,22 @@ def test_gpu_time_on_a_real_gpu():
     ci.flush()
     for name in ("forward", "backward", "optimizer_step"):
         assert all(int(a["gpu_ns"]["intValue"]) > 0 for a in spool_attributes(name)), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none here)")
+def test_a_loss_marked_on_the_gpu_is_read_without_waiting_and_recorded_exactly():
+    ci.profile(output="spool", frameworks=["torch"])
+    model = torch.nn.Linear(256, 1).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(4):
+        optimizer.zero_grad()
+        loss = model(torch.randn(64, 256, device="cuda")).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        ci.mark("loss", loss.detach().view(1))  # a [1]-shaped CUDA tensor
+        losses.append(loss.item())
+    ci.flush()
+    steps = [s for s in ci.spool_spans() if s["name"] == "step"]
+    marked = [e["attributes"][0]["value"]["doubleValue"] for s in steps for e in s["events"]]
+    assert marked == pytest.approx(losses)

@@ -137,3 +137,39 @@ def test_marks_past_the_event_limit_are_counted_not_silent():
             ci.mark("loss", float(i))
     assert ci.health()["marks_dropped"] == 3
     assert [m["value"] for m in marks_of("s")] == [3.0, 4.0, 5.0, 6.0, 7.0]
+
+
+def test_a_value_still_on_a_device_is_read_later_by_the_framework_reader(monkeypatch):
+    """Where no GPU exists, a stand-in device reader: the value is filled in at read-back
+    and before export, never read at the mark (the CUDA reader itself runs in test_gpu_time)."""
+    torch = pytest.importorskip("torch")
+    import cirron.values
+
+    asked = []
+
+    def reader(tensor):
+        def resolve(final):
+            asked.append(final)
+            return 2.5 if final or len(asked) > 1 else None  # "the device got there" later
+
+        return resolve
+
+    ci.profile(output="spool")
+    monkeypatch.setattr(cirron.values, "device_reader", [reader])
+    on_device = torch.empty(1, device="meta")  # a tensor whose values aren't on the host
+    with ci.scope("s"):
+        ci.mark("loss", on_device)
+        ci.mark("best", on_device, kind="summary")
+    assert asked == []  # nothing read at the mark
+    ci.flush()
+    (span,) = [s for s in ci.spool_spans() if s["name"] == "s"]
+    assert span["events"][0]["attributes"][0]["value"] == {"doubleValue": 2.5}
+    assert {a["key"]: a["value"] for a in span["attributes"]}["mark.best"] == {"doubleValue": 2.5}
+
+
+def test_a_tensor_that_cannot_be_read_is_dropped_not_raised():
+    torch = pytest.importorskip("torch")
+    with ci.scope("s"):
+        ci.mark("loss", torch.empty(1, device="meta"))  # no reader for it: read now, fails
+    assert marks_of("s") == []
+    assert ci.health()["marks_invalid"] == 1

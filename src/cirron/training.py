@@ -316,6 +316,9 @@ def begin_step(
             return False
         if fetches is None:
             fetches = take_fetches()
+            if any(fetch.abandoned for fetch in fetches):  # a peek: where the program was
+                record_fetches([fetch for fetch in fetches if fetch.abandoned])
+                fetches = [fetch for fetch in fetches if not fetch.abandoned]
         if fetches and (start_ns is None or fetches[0].start_ns < start_ns):
             start_ns = fetches[0].start_ns
         _end_step(current, end_ns=_end_before(start_ns))
@@ -458,17 +461,25 @@ def take_fetches() -> list[Fetch]:
 
 
 def record_fetches(fetches: list[Fetch], parent: Any = None) -> None:
-    """Each fetch as a ``data_load`` span under ``parent`` (None: the current span).
+    """Each fetch as a ``data_load`` span under ``parent`` (None: where the program was when
+    it began, the innermost open span that had begun by then).
 
     None under a step that ``step_sampling`` keeps without its hook spans.
     """
-    if parent is None:
-        parent = current_span()
+    here = current_span() if parent is None else parent
     current = (recorder.current or recorder.active()).training
-    if not current.detail and current.step is not None and current.step.opened[0] is parent:
+    if not current.detail and current.step is not None and current.step.opened[0] is here:
         return
     for fetch in fetches:
-        hook_spans.record_on(parent, "data_load", {}, fetch.start_ns, fetch.end_ns, fetch.error)
+        under = here if parent is not None else _open_at(here, fetch.start_ns)
+        hook_spans.record_on(under, "data_load", {}, fetch.start_ns, fetch.end_ns, fetch.error)
+
+
+def _open_at(span: Any, time_ns: int) -> Any:
+    """``span``, or the first of its ancestors that had begun at ``time_ns``."""
+    while span is not None and (span.start_time or 0) > time_ns:
+        span = getattr(span, "_parent_span", None)
+    return span
 
 
 def may_own(who: Owner) -> bool:

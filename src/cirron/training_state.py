@@ -77,6 +77,11 @@ class Fetch:
     error: BaseException | None = None
     source: Any = None
 
+    @property
+    def abandoned(self) -> bool:
+        """The program dropped what it fetched from (``next(iter(loader))``): no step's."""
+        return bool(getattr(self.source, "abandoned", False))
+
 
 @dataclass(slots=True)
 class TrainingState:

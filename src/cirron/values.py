@@ -37,11 +37,8 @@ def scalar(value: Any, what: str) -> str | bool | int | float:
         for base in (bool, int, float, str):
             if isinstance(value, base):
                 return scalar(base(value), what)
-    item = getattr(value, "item", None)
-    if item is not None and getattr(value, "ndim", None) == 0:
-        unwrapped = item()
-        if isinstance(unwrapped, _SCALARS):
-            return scalar(unwrapped, what)
+    if getattr(value, "item", None) is not None and getattr(value, "ndim", None) == 0:
+        return scalar(_item(value, what), what)
     raise TypeError(
         f"{what} must be an int, float, bool, str or a 0-d numpy/torch value, "
         f"got {type(value).__name__}"
@@ -85,10 +82,18 @@ def mark_value(value: Any, what: str) -> str | bool | int | float | Deferred:
         raise TypeError(f"{what} must be a single number, got {type(value).__name__} of {count}")
     if _on_device(value):
         return _deferred(value, what)
-    unwrapped = item()
-    if isinstance(unwrapped, _SCALARS):
-        return scalar(unwrapped, what)
-    raise TypeError(f"{what} must be a number, got {type(unwrapped).__name__}")
+    return scalar(_item(value, what), what)
+
+
+def _item(value: Any, what: str) -> Any:
+    """``value.item()``; a ``TypeError`` naming ``what`` when it can't be read (a meta tensor)."""
+    try:
+        unwrapped = value.item()
+    except Exception as error:  # noqa: BLE001 - whatever the library raised, name the mark
+        raise TypeError(f"{what} can't be read: {type(error).__name__}: {error}") from None
+    if not isinstance(unwrapped, _SCALARS):
+        raise TypeError(f"{what} must be a number, got {type(unwrapped).__name__}")
+    return unwrapped
 
 
 def _on_device(value: Any) -> bool:
@@ -103,7 +108,7 @@ def _deferred(value: Any, what: str) -> str | bool | int | float | Deferred:
     except Exception:  # noqa: BLE001 - a reader that fails: read it the plain way
         resolve = None
     if resolve is None:
-        return scalar(value.item(), what)
+        return scalar(_item(value, what), what)
     return Deferred(resolve)
 
 

@@ -80,6 +80,11 @@ class LoaderPass:
         # mark made between a fetch and the first work on the batch.
         self.prior_training = prior_training
 
+    @property
+    def abandoned(self) -> bool:
+        """The program dropped its iterator (a peek with ``next(iter(loader))``)."""
+        return self.iterator() is None
+
 
 def _state() -> Any:
     return (recorder.current or recorder.active()).training
@@ -251,7 +256,7 @@ class TorchLoop:
         kept: list[Fetch] = []
         for fetch in fetches:
             source = fetch.source
-            if isinstance(source, LoaderPass) and source.iterator() is None:
+            if fetch.abandoned:
                 dropped.append(fetch)
             elif isinstance(source, LoaderPass) and any(
                 later.source is not source and later.source.loader is source.loader
