@@ -270,7 +270,7 @@ def test_zipped_loaders_are_one_epoch_whose_steps_hold_a_fetch_of_each():
     unlabelled = DataLoader(SlowData(32, seed=1), batch_size=4)  # 8 batches
     with timed() as wall:
         for _epoch in range(3):
-            for (xa, ya), (xb, _) in zip(labelled, unlabelled):
+            for (xa, ya), (xb, _) in zip(labelled, unlabelled, strict=False):  # the shorter ends it
                 optimizer.zero_grad()
                 (loss_fn(model(xa), ya) + model(xb).pow(2).mean()).backward()
                 optimizer.step()

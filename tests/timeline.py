@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,10 +50,10 @@ def check(root: dict[str, Any], wall_ns: int | None = None, optimizer: bool = Tr
     """Assert the rules above (``wall_ns``: the training loop's wall time;
     ``optimizer``: steps are torch's, so each holds an ``optimizer_step``)."""
     steps = steps_of(root)
-    for before, after in zip(steps, steps[1:]):
+    for before, after in itertools.pairwise(steps):
         assert before["end_ns"] <= after["start_ns"], f"overlap: {_short(before)}, {_short(after)}"
     epochs = sorted(named(root, "epoch"), key=lambda n: n["start_ns"])
-    for before, after in zip(epochs, epochs[1:]):
+    for before, after in itertools.pairwise(epochs):
         assert before["end_ns"] <= after["start_ns"], f"overlap: {_short(before)}, {_short(after)}"
     above = parents(root)
     for node in walk(root):
