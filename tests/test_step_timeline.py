@@ -386,6 +386,34 @@ def test_a_prefetching_wrapper_gives_the_last_batch_to_the_epochs_last_step():
         assert [len(s["marks"]) for s in steps] == [2, 2, 1]
 
 
+def test_a_dataloader_subclass_that_fetches_ahead_is_timed_where_the_loop_waits():
+    class PrefetchingLoader(DataLoader):
+        def __iter__(self):
+            batches = super().__iter__()
+            upcoming = next(batches)
+            for batch in batches:
+                yield upcoming
+                upcoming = batch
+            yield upcoming
+
+    model, optimizer, loss_fn = setup()
+    loader = PrefetchingLoader(SlowData(20), batch_size=4)  # 5 batches
+    with timed() as wall:
+        for _epoch in range(2):
+            for x, y in loader:
+                train_on(model, optimizer, loss_fn, x, y)
+
+    root = finished()
+    check(root, wall_ns=wall[0])
+    for epoch in named(root, "epoch"):
+        steps = kids(epoch, "step")
+        assert [fetches_in(s) for s in steps] == [1, 1, 1, 1, 1]  # the loop's wait, once
+        first, second = (kids(s, "data_load")[0] for s in steps[:2])
+        # the first wait holds two batches' loading (it fetches ahead), the others one
+        assert first["end_ns"] - first["start_ns"] > 1.5 * (second["end_ns"] - second["start_ns"])
+        assert fetches_in(epoch) == 1
+
+
 def test_an_accelerate_loop_with_accumulation_has_one_step_per_optimizer_step():
     accelerate = pytest.importorskip("accelerate")
     accelerator = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=2)
@@ -518,3 +546,19 @@ def test_a_failing_settle_hook_leaves_training_alone(monkeypatch, caplog):
             train_on(model, optimizer, loss_fn, x, y)
     assert ci.health()["hook_errors"] == 2
     assert len(named(finished(), "step")) == 2
+
+
+def test_a_loop_that_does_no_torch_work_opens_nothing_and_keeps_no_backlog():
+    """Data statistics, or batches for a model of another library: no epoch, no step."""
+    from cirron.instrumentors.torch_steps import MAX_WAITING
+    from cirron.training_state import pending_fetches
+
+    longest = 0
+    for x, _y in DataLoader(SlowData(400, delay=0), batch_size=2):  # 200 batches
+        _ = float(x.sum())
+        longest = max(longest, len(pending_fetches))
+
+    root = finished()
+    assert longest <= MAX_WAITING
+    assert named(root, "epoch") == [] and named(root, "step") == []
+    assert len(named(root, "data_load")) == 201  # every fetch, where the program was

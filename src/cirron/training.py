@@ -55,6 +55,7 @@ its own index (HF's global step after a resume), and counting goes on from it.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -76,6 +77,7 @@ __all__ = [
     "begin_step",
     "end_evaluation",
     "end_pass",
+    "fed",
     "may_own",
     "record_fetches",
     "take_fetches",
@@ -253,6 +255,8 @@ def _end_epoch(
         return
     _end_step(current, error, end_ns)
     _end_evaluation(current, end_ns)
+    if _pending:  # its loader's last fetch, where a framework's epoch ends after it
+        record_fetches(take_fetches(), epoch.opened[0])
     if not epoch.boundary_done:  # before the span ends: snapshots are its children
         epoch.boundary_done = True
         boundaries.epoch_ending(epoch.opened[0])
@@ -315,13 +319,11 @@ def begin_step(
         if _yields(current, who):
             return False
         if fetches is None:
-            fetches = take_fetches()
-            if any(fetch.abandoned for fetch in fetches):  # a peek: where the program was
-                record_fetches([fetch for fetch in fetches if fetch.abandoned])
-                fetches = [fetch for fetch in fetches if not fetch.abandoned]
+            fetches = fed(take_fetches())
         if fetches and (start_ns is None or fetches[0].start_ns < start_ns):
             start_ns = fetches[0].start_ns
-        _end_step(current, end_ns=_end_before(start_ns))
+        if current.step is not None:
+            _end_step(current, end_ns=_end_before(start_ns))
         if start_ns is not None:
             start_ns = max(start_ns, current.last_step_end_ns)
         if not rec.enabled:
@@ -439,7 +441,11 @@ def _end_step(
     span = step.opened[0]
     if not step.complete and span.name == "step" and span.is_recording():
         span.set_attribute("partial", True)  # it ends before its optimizer moment
-    end_ns = _clamped_end(step, end_ns)
+    now = _time_ns()  # _clamped_end, inline: once a step
+    if end_ns is None or end_ns > now:
+        end_ns = now
+    elif end_ns < span.start_time:
+        end_ns = span.start_time
     current.last_step_end_ns = end_ns
     close_span(step.opened, error, end_ns)
 
@@ -458,6 +464,19 @@ def take_fetches() -> list[Fetch]:
     fetches = _pending[:]
     del _pending[:]
     return fetches
+
+
+def fed(fetches: list[Fetch]) -> list[Fetch]:
+    """``fetches`` without those from an iterator the program dropped before fetching on
+    from another (a peek: ``next(iter(loader))``); those are recorded where the program was."""
+    if len(fetches) < 2:  # a batch, fetched and used: a peek that is trained on is a step
+        return fetches
+    last = fetches[-1].source
+    dropped = [f for f in fetches if f.source is not last and f.abandoned]
+    if not dropped:
+        return fetches
+    record_fetches(dropped)
+    return [f for f in fetches if f not in dropped]
 
 
 def record_fetches(fetches: list[Fetch], parent: Any = None) -> None:
@@ -486,14 +505,15 @@ def may_own(who: Owner) -> bool:
     """Whether ``who`` may open a step or an evaluation pass now (no higher owner has the
     levels: its step, its framework epoch, its own work, or an evaluation of its)."""
     current = (recorder.current or recorder.active()).training
-    step, epoch, passes = current.step, current.epoch, current.passes
-    if step is not None and step.owner.priority > who.priority:
+    step, epoch, passes, holders = current.step, current.epoch, current.passes, current.holders
+    priority = who.priority
+    if step is not None and step.owner.priority > priority:
         return False
-    if epoch is not None and epoch.owner.framework and epoch.owner.priority > who.priority:
+    if epoch is not None and epoch.owner.framework and epoch.owner.priority > priority:
         return False
-    if passes and passes[-1].owner.priority > who.priority:
+    if passes and passes[-1].owner.priority > priority:
         return False
-    return not _yields(current, who)
+    return not holders or holders[-1].priority <= priority
 
 
 # -- evaluation passes of a plain loop ------------------------------------------------------------
@@ -694,3 +714,5 @@ def end_moment(span: Any) -> bool:
 
 training_state.hooks.enclosing_end = _enclosing_ends
 training_state.hooks.loop_check = _check_loop
+if hasattr(os, "register_at_fork"):  # a forked child fetched none of its parent's batches
+    os.register_at_fork(after_in_child=_pending.clear)

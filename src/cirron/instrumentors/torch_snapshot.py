@@ -31,7 +31,7 @@ import weakref
 from typing import Any
 
 from ..snapshot_records import HISTOGRAM_BINS, TensorRecord, empty_summary
-from .torch import unwrap
+from .torch_modules import unwrap
 
 _KEEP_FREE = 2  # staging buffers kept per model and dtype
 _CHUNK_BYTES = 4 << 20  # the staging copy's unit of work

@@ -64,6 +64,7 @@ _time_ns = time.time_ns
 # What a loader pass turned out to feed.
 UNKNOWN, TRAINING, EVALUATION, DRIVEN = range(4)
 EXHAUSTED = StopIteration  # a fetch's outcome: the loader ran dry
+MAX_WAITING = 64  # fetches that wait for work at most; older ones are recorded where they are
 
 
 class LoaderPass:
@@ -91,9 +92,13 @@ def _state() -> Any:
 
 
 class TorchLoop:
-    """What the hooks have seen of the loop so far (new when the hooks attach)."""
+    """What the hooks have seen of the loop so far (forgotten when the hooks attach)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the loop seen so far (the hooks attach anew)."""
         self.has_optimizer = False  # steps end at optimizer steps (else at backwards)
         self.optimizer_steps = 0  # optimizer.step() calls so far (a GradScaler's may skip one)
         self.epoch_passes: list[LoaderPass] = []  # the training passes of the open epoch
@@ -106,8 +111,7 @@ class TorchLoop:
         """A fetch from ``loader_pass`` begins at ``now``: the step before it is over."""
         if loader_pass.role == DRIVEN:
             return
-        state = _state()
-        step = state.step
+        step = (recorder.current or recorder.active()).training.step  # no call: every batch
         if step is not None and step.owner is TORCH and step.complete:
             training.end_step(TORCH, end_ns=now)
         if self.evaluation_pass is not None and self.evaluation_pass is not loader_pass:
@@ -123,16 +127,17 @@ class TorchLoop:
         if loader_pass.role == DRIVEN:
             self._driven_fetch(loader_pass, started, outcome)
             return
-        error = outcome if isinstance(outcome, BaseException) else None
-        fetch = Fetch(started, _time_ns(), error, loader_pass)
+        fetch = Fetch(started, _time_ns(), None, loader_pass)
         if self.training_thread is not None and _thread_id() != self.training_thread:
             training.record_fetches([fetch])  # a thread of its own that prefetches: not a step's
             return
-        if outcome is EXHAUSTED:
-            self._exhausted(loader_pass, fetch)
-            return
+        if outcome is not None:
+            if outcome is EXHAUSTED:
+                self._exhausted(loader_pass, fetch)
+                return
+            fetch.error = outcome
         loader_pass.batches += 1
-        state = _state()
+        state = (recorder.current or recorder.active()).training  # no call: every batch
         if loader_pass is self.evaluation_pass:
             evaluation = state.evaluation
             if evaluation is not None and evaluation.owner is TORCH:
@@ -146,8 +151,12 @@ class TorchLoop:
                 training.record_fetches([fetch], step.opened[0])
                 return
         _pending.append(fetch)
-        if error is not None:  # recorded now, in case the error ends the training
+        if outcome is not None:  # an error: recorded now, in case it ends the training
             self.settle()
+        elif len(_pending) > MAX_WAITING:  # a loop that does no torch work with its batches
+            waiting = training.take_fetches()
+            training.record_fetches(waiting[:-1])
+            _pending.append(waiting[-1])
 
     def _exhausted(self, loader_pass: LoaderPass, fetch: Fetch) -> None:
         state = _state()
@@ -192,11 +201,10 @@ class TorchLoop:
     # -- the work ------------------------------------------------------------------------------
     def training_work(self) -> None:
         """A forward in train mode with gradients, a backward, or an optimizer moment."""
-        self.training_thread = _thread_id()
         if _pending:
             self._begin_training_step()
             return
-        state = _state()
+        state = (recorder.current or recorder.active()).training  # no call: every hook
         if self.evaluation_pass is not None:  # training again, with no fetch in between
             self.evaluation_pass = None
             training.end_evaluation(TORCH)
@@ -213,11 +221,20 @@ class TorchLoop:
         if not training.may_own(TORCH):  # a framework's step or pass: they are its
             training.record_fetches(training.take_fetches())
             return
-        fetches = self._fed(training.take_fetches())
+        self.training_thread = _thread_id()
+        fetches = training.take_fetches()
+        state = (recorder.current or recorder.active()).training
+        step = state.step
+        if len(fetches) == 1 and fetches[0].source.role == TRAINING:  # the next batch, as usual
+            if step is not None and step.owner is TORCH and not step.complete:
+                training.record_fetches(fetches, step.opened[0])
+            else:
+                training.begin_step(TORCH, fetches=fetches)
+            return
+        fetches = self._fed(fetches)
         if not fetches:
             self.training_work()
             return
-        state = _state()
         passes: list[LoaderPass] = []
         for fetch in fetches:
             if fetch.source not in passes:
@@ -250,25 +267,24 @@ class TorchLoop:
         return any(p.loader in loaders for p in new)
 
     def _fed(self, fetches: list[Fetch]) -> list[Fetch]:
-        """``fetches`` without those of passes the program dropped after a fetch or two
-        (``next(iter(loader))``); those are recorded where the program was."""
-        dropped: list[Fetch] = []
-        kept: list[Fetch] = []
-        for fetch in fetches:
-            source = fetch.source
-            if fetch.abandoned:
-                dropped.append(fetch)
-            elif isinstance(source, LoaderPass) and any(
-                later.source is not source and later.source.loader is source.loader
-                for later in fetches
-                if isinstance(later.source, LoaderPass) and later.start_ns > fetch.start_ns
-            ):
-                dropped.append(fetch)  # a newer pass over the same loader took over
-            else:
-                kept.append(fetch)
-        if dropped:
-            training.record_fetches(dropped)
-        return kept
+        """``fetches`` that fed the work: not those of a dropped iterator (a peek), nor of a
+        pass that a newer pass over the same loader replaced; those are recorded where the
+        program was."""
+        fetches = training.fed(fetches)
+        if len(fetches) < 2:
+            return fetches
+        replaced = [
+            fetch
+            for position, fetch in enumerate(fetches)
+            if any(
+                later.source is not fetch.source and later.source.loader is fetch.source.loader
+                for later in fetches[position + 1 :]
+            )
+        ]
+        if replaced:
+            training.record_fetches(replaced)
+            fetches = [fetch for fetch in fetches if fetch not in replaced]
+        return fetches
 
     def evaluation_work(self, frame: Any) -> None:
         """A forward in eval mode or without gradients (``frame``: the hook's caller)."""
@@ -328,10 +344,9 @@ class TorchLoop:
             training.reopen_step(TORCH)
         self.training_work()
 
-    def optimizer_stepped(self) -> None:
-        # The user's loop is above the post hook, its guard and torch's optimizer
-        # wrapper: start there (loop_frames skips cirron's and torch's frames anyway).
-        self._complete(sys._getframe(3))
+    def optimizer_stepped(self, frame: Any) -> None:
+        """The optimizer step called from ``frame`` is over: the step's work is done."""
+        self._complete(frame)
 
     def skipped_step(self, attributes: dict[str, Any], frame: Any) -> None:
         """A ``GradScaler.step`` that found inf/NaN gradients and skipped the optimizer: still
@@ -344,6 +359,9 @@ class TorchLoop:
             self._complete(frame)
 
     def _complete(self, frame: Any) -> None:
-        step = _state().step  # no call: every hook
+        step = (recorder.current or recorder.active()).training.step  # no call: every hook
         if step is not None and step.owner is TORCH:
             training.complete_step(TORCH, loop_frames.position(frame, _NOT_THE_USERS))
+
+
+LOOP = TorchLoop()  # the one loop the hooks report to (reset when they attach)

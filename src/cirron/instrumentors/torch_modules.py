@@ -1,0 +1,226 @@
+"""The torch hooks around a model's work: its outermost calls (``forward``), ``train()``/
+``eval()``, and ``backward``. What each call means for the loop is decided by
+:class:`.torch_steps.TorchLoop`; these only tell it and note the span.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from typing import Any
+
+from .. import hook_spans
+from ..guard import guarded
+from ..hook_spans import HookSpan
+from .torch_spans import SITE, close_guarded, open_hook, torch_module
+from .torch_steps import LOOP
+
+_inside_forward = False  # an outermost module call is running (any thread)
+_loss_class: list[Any] = [None]  # torch.nn.modules.loss._Loss once attached
+_inside_train = [False]
+# A backward runs, and on which thread: a forward there is activation checkpointing's
+# recomputation. [depth, thread id]
+backward_running: list[Any] = [0, None]
+# Outermost modules seen so far: id -> (weak reference, class name of the user's model
+# inside any wrapper, the wrapper's class name or None). Tells a pass that begins while
+# a model trains from one that begins in evaluation; a dict, so the hot path only looks
+# an int up.
+seen_models: dict[int, tuple[weakref.ref[Any], str, str | None]] = {}
+grad_enabled: list[Any] = [None]  # torch.is_grad_enabled once attached
+_thread_id = threading.get_ident
+
+
+# -- forward -----------------------------------------------------------------------
+# Module wrappers, by class name: the attribute that holds the user's model.
+_WRAPPERS = {
+    "OptimizedModule": "_orig_mod",  # torch.compile
+    "DistributedDataParallel": "module",
+    "DataParallel": "module",
+    "FullyShardedDataParallel": "_fsdp_wrapped_module",  # FSDP (1)
+    "_FabricModule": "_original_module",  # Lightning Fabric
+    "DeepSpeedEngine": "module",
+}
+
+
+def unwrap(model: Any) -> Any:
+    """The user's model inside DDP / DataParallel / torch.compile / FSDP / Fabric wrappers."""
+    while True:
+        attribute = _WRAPPERS.get(type(model).__name__)
+        inner = getattr(model, attribute, None) if attribute is not None else None
+        if inner is None:
+            return model
+        model = inner
+
+
+def _model_class(module: Any) -> str:
+    """The class the user wrote: FSDP2's ``fully_shard`` makes ``FSDP<Name>`` of it."""
+    cls = type(module)
+    if cls.__name__.startswith("FSDP") and len(cls.__mro__) > 2:
+        for base in cls.__mro__[1:]:
+            if base.__name__ != "FSDPModule" and base.__name__ == cls.__name__[4:]:
+                return base.__name__
+    return cls.__name__
+
+
+def _remember(module: Any) -> tuple[weakref.ref[Any], str, str | None]:
+    key = id(module)
+    inner = unwrap(module)
+    entry = seen_models[key] = (
+        weakref.ref(module, lambda _ref: seen_models.pop(key, None)),
+        _model_class(inner),
+        type(module).__name__ if inner is not module else None,
+    )
+    return entry
+
+
+def any_seen_model_training() -> bool:
+    models = [entry[0]() for entry in list(seen_models.values())]
+    return any(model.training for model in models if model is not None)
+
+
+@guarded(SITE)
+def _open_forward(module: Any) -> HookSpan | None:
+    """The ``forward`` span of an outermost call, after telling the loop what work it is."""
+    entry = seen_models.get(id(module)) or _remember(module)
+    attributes: dict[str, Any] = {"mode": "train", "module": entry[1]}
+    if entry[2] is not None:
+        attributes["wrapper"] = entry[2]
+    if backward_running[0]:  # inside a backward: activation checkpointing recomputes a block
+        if backward_running[1] != _thread_id():
+            return None  # on autograd's own thread: nothing of ours to nest it in
+        attributes["recompute"] = True
+        return open_hook("forward", attributes)
+    if module.training and grad_enabled[0]():
+        LOOP.training_work()
+    else:
+        attributes["mode"] = "eval"
+        LOOP.evaluation_work(sys._getframe(1))
+    return open_hook("forward", attributes)
+
+
+def _control_flow(error: BaseException) -> bool:
+    """An exception torch raises to stop a recomputation early: not a failure."""
+    return type(error).__name__ == "_StopRecomputationError"
+
+
+def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
+    """An outermost module call: a ``forward`` span around ``original``."""
+    global _inside_forward
+    _inside_forward = True
+    try:
+        # A loss module (and any module inside it, e.g. a perceptual loss's
+        # network) is not a forward of the model.
+        entered = None if isinstance(self, _loss_class[0]) else _open_forward(self)
+        if entered is None:
+            return original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as error:
+            close_guarded(entered, None if _control_flow(error) else error)
+            raise
+        close_guarded(entered)
+        return result
+    finally:
+        _inside_forward = False
+
+
+def make_module_call(original: Any) -> Any:
+    """Our ``nn.Module.__call__``: a span for the outermost call only.
+
+    Submodules take the first branch, one read of a module-level flag, and
+    then do what torch's own ``__call__`` (``_wrapped_call_impl``) does in
+    the same single Python frame, so a model of 400 modules pays ~400 flag
+    reads per forward and nothing else (the flag is a plain global: a read
+    through a closure cell or a list costs several times more, per call of
+    every submodule). The flag is process-wide, not per thread: a module
+    another thread calls while a forward runs is not a span of its own. A
+    loss module called on its own is not a span either (see the README):
+    its few microseconds show as the gap between ``forward`` and
+    ``backward`` inside the step.
+    """
+    _loss_class[0] = torch_module().nn.modules.loss._Loss
+    outermost = _outermost_call
+
+    if getattr(original, "__name__", "") != "_wrapped_call_impl":  # someone else's __call__
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _inside_forward:
+                return original(self, *args, **kwargs)
+            return outermost(original, self, args, kwargs)
+
+    else:
+
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            if _inside_forward:
+                if self._compiled_call_impl is not None:
+                    return self._compiled_call_impl(*args, **kwargs)
+                return self._call_impl(*args, **kwargs)
+            return outermost(original, self, args, kwargs)
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __call__
+
+
+def make_train(original: Any) -> Any:
+    """Our ``nn.Module.train``: ``model.eval()`` before the first forward tells us the mode."""
+    remember = guarded(SITE)(_remember)
+
+    def train(self: Any, mode: bool = True) -> Any:
+        if _inside_train[0]:
+            return original(self, mode)
+        _inside_train[0] = True
+        try:
+            if id(self) not in seen_models:
+                remember(self)
+            return original(self, mode)
+        finally:
+            _inside_train[0] = False
+
+    train.__wrapped__ = original  # type: ignore[attr-defined]
+    return train
+
+
+# -- backward ----------------------------------------------------------------------
+@guarded(SITE)
+def _open_backward() -> HookSpan | None:
+    LOOP.training_work()
+    return open_hook("backward", {})
+
+
+@guarded(SITE)
+def _close_backward(entered: HookSpan | None, error: BaseException | None = None) -> None:
+    if entered is not None:
+        hook_spans.end(entered, error)
+    if error is None:
+        LOOP.backward_done()
+
+
+def make_backward(original: Any) -> Any:
+    """Our ``torch.autograd.backward``; ``Tensor.backward`` calls it, so one patch covers both."""
+
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        entered = _open_backward()
+        running = backward_running
+        running[0] += 1
+        running[1] = _thread_id()
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as error:
+            running[0] -= 1
+            _close_backward(entered, error)
+            raise
+        running[0] -= 1
+        _close_backward(entered)
+        return result
+
+    backward.__wrapped__ = original  # type: ignore[attr-defined]
+    backward.__name__ = "backward"
+    return backward
+
+
+def forget() -> None:
+    """The hooks come off: nothing of the models seen is kept."""
+    seen_models.clear()
+    backward_running[0], backward_running[1] = 0, None
+    grad_enabled[0] = None
