@@ -126,11 +126,19 @@ class Script:
 
 
 def run_script(
-    script: Path, *args: str, cwd: Path, timeout: float = 30.0, env: dict[str, str] | None = None
+    script: Path,
+    *args: str,
+    cwd: Path,
+    timeout: float = 30.0,
+    env: dict[str, str] | None = None,
+    launcher: tuple[str, ...] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` to its end in a clean environment; returns the completed process."""
+    """Run ``script`` to its end in a clean environment; returns the completed process.
+
+    ``launcher``: what runs it (default: this Python), e.g. torchrun and its options.
+    """
     return subprocess.run(
-        [sys.executable, str(script), *args],
+        [*(launcher or (sys.executable,)), str(script), *args],
         cwd=cwd,
         env=env if env is not None else clean_environment(),
         capture_output=True,
@@ -235,3 +243,14 @@ args = TrainingArguments(output_dir="out", num_train_epochs=2, per_device_train_
 Trainer(model=model, args=args, train_dataset=data).train()
 print("TRAINED")
 """
+
+
+def prefetching(loader: Any) -> Any:
+    """Batches of ``loader`` as a prefetching wrapper hands them out: each fetched one ahead
+    (accelerate's prepared loader, the image-model scripts' prefetchers)."""
+    iterator = iter(loader)
+    current = next(iterator)
+    for upcoming in iterator:
+        yield current
+        current = upcoming
+    yield current

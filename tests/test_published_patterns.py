@@ -8,14 +8,13 @@ The scripts are in ``tests/scripts/published/``; each docstring says what it imp
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from support import clean_environment
+from support import clean_environment, run_script
 from timeline import check, fetches_in, steps_of
 from trees import child_names, kids, named, walk
 
@@ -27,19 +26,14 @@ SCRIPTS = Path(__file__).parent / "scripts" / "published"
 
 def traced(tmp_path: Path, script: str, *args: str, ranks: int = 1) -> list[dict]:
     """Run ``script`` profiled (under torchrun with ``ranks`` > 1); each rank's trace tree."""
-    runner = [sys.executable, str(SCRIPTS / "traced.py")]
+    launcher = None
     if ranks > 1:
         torchrun = Path(sys.executable).with_name("torchrun")
-        runner = [str(torchrun), "--standalone", f"--nproc_per_node={ranks}",
-                  str(SCRIPTS / "traced.py")]  # fmt: skip
-    result = subprocess.run(
-        [*runner, str(SCRIPTS / script), str(tmp_path), *args],
-        cwd=tmp_path,
-        env=clean_environment(OMP_NUM_THREADS="1"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+        launcher = (str(torchrun), "--standalone", f"--nproc_per_node={ranks}")
+    result = run_script(
+        SCRIPTS / "traced.py", str(SCRIPTS / script), str(tmp_path), *args,
+        cwd=tmp_path, timeout=300, env=clean_environment(OMP_NUM_THREADS="1"), launcher=launcher,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(ranks)]
 

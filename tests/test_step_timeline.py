@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 import cirron as ci
+from support import prefetching
 from timeline import check, fetches_in, input_share, steps_of, timed
 from trees import child_names, kids, named, walk
 
@@ -358,19 +359,10 @@ def test_a_fetch_that_raises_and_is_skipped_is_a_failed_data_load_in_the_step_it
 
 def test_a_prefetching_wrapper_gives_the_last_batch_to_the_epochs_last_step():
     """Image-model scripts: a generator that fetches batch i+1 before handing out batch i."""
-
-    def prefetched(loader):
-        iterator = iter(loader)
-        upcoming = next(iterator)
-        for batch in iterator:
-            yield upcoming
-            upcoming = batch
-        yield upcoming
-
     model, optimizer, loss_fn = setup()
     loader = DataLoader(SlowData(20), batch_size=4)  # 5 batches, accumulation over 2
     for _epoch in range(2):
-        for i, (x, y) in enumerate(prefetched(loader)):
+        for i, (x, y) in enumerate(prefetching(loader)):
             (loss_fn(model(x), y) / 2).backward()
             ci.mark("loss", 1.0)
             if i % 2 == 1 or i == 4:

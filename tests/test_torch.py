@@ -23,7 +23,7 @@ from collections import Counter
 import pytest
 
 import cirron as ci
-from support import run_python
+from support import prefetching, run_python
 from trees import ancestors, child_names, kids, named, walk
 
 torch = pytest.importorskip("torch")
@@ -211,16 +211,6 @@ def test_gradient_accumulation_gives_one_step_per_optimizer_step():
         # the optimizer step closes the step's work
         (optimizer_step,) = kids(step, "optimizer_step")
         assert all(b["end_ns"] <= optimizer_step["start_ns"] for b in kids(step, "backward"))
-
-
-def prefetching(loader):
-    """What accelerate's DataLoaderShard does under HF Trainer: fetch one batch ahead."""
-    iterator = iter(loader)
-    current = next(iterator)
-    for upcoming in iterator:
-        yield current
-        current = upcoming
-    yield current
 
 
 @pytest.mark.parametrize("accumulation", [1, 2])

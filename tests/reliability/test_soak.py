@@ -62,7 +62,7 @@ def test_a_long_run_with_every_sink_on_stays_flat_and_loses_nothing(tmp_path, fi
         receiver.stop()
 
     # Nothing dropped, anywhere; every sink got every span once.
-    assert health["spans_dropped"] == health["marks_dropped"] == 0
+    assert health["spans_dropped"] == health["marks_dropped"] == 0, health
     assert health["export_errors"] == health["threads_restarted"] == 0
     for name, sink in health["sinks"].items():
         assert sink == {"exported": ended, "dropped": 0, "errors": 0}, (name, sink)
