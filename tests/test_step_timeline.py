@@ -216,6 +216,35 @@ def test_mid_epoch_validation_takes_no_fetch_from_the_training_step_before_it():
     assert all(fetches_in(v) == 3 for v in kids(epoch, "validate"))
 
 
+def test_a_users_own_validate_scope_is_the_pass_and_a_scope_around_one_ends_it():
+    model, optimizer, loss_fn = setup()
+    train = DataLoader(SlowData(8), batch_size=4)
+    validation = DataLoader(SlowData(12, seed=1), batch_size=4)
+    for _epoch in range(2):
+        for x, y in train:
+            train_on(model, optimizer, loss_fn, x, y)
+        model.eval()
+        with ci.scope("validate"), torch.no_grad():  # the user names the pass
+            for x, _y in validation:
+                model(x)
+        with ci.scope("quick_check"), torch.no_grad():  # a scope around a pass cut short
+            for x, _y in validation:
+                model(x)
+                break
+        model.train()
+
+    root = finished()
+    check(root)
+    for epoch in named(root, "epoch"):
+        (own,) = kids(epoch, "validate")  # one pass, the user's: no second one inside
+        assert named(own, "validate") == [own]
+        assert child_names(own)["forward"] == 3 and fetches_in(own) == 4
+        (around,) = kids(epoch, "quick_check")
+        (cut_short,) = kids(around, "validate")  # ours, ended with the scope around it
+        assert cut_short["end_ns"] <= around["end_ns"]
+        assert cut_short["attributes"]["batches"] == 1
+
+
 def test_evaluation_outside_any_training_is_an_evaluate_pass():
     model, _optimizer, loss_fn = setup()
     model.eval()

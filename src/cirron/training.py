@@ -66,6 +66,8 @@ from .training_state import USER, Fetch, Moment, Owner, TrainingState
 
 _time_ns = time.time_ns
 _pending = training_state.pending_fetches  # mutated in place, never rebound
+# Passes by name: a user's scope of one of these names around an evaluation loop is that pass.
+PASS_NAMES = frozenset({"validate", "evaluate", "test", "predict"})
 
 __all__ = [
     "USER",
@@ -534,6 +536,7 @@ def begin_evaluation(
     current = rec.training
     with current.lock:
         if not rec.enabled or not may_own(who):
+            record_fetches(fetches or [])
             return None
         if fetches and (start_ns is None or fetches[0].start_ns < start_ns):
             start_ns = fetches[0].start_ns
@@ -544,11 +547,21 @@ def begin_evaluation(
         epoch = current.epoch
         if start_ns is not None:
             start_ns = max(start_ns, current.last_step_end_ns)
+        parent = current_span()
+        if getattr(parent, "name", None) in PASS_NAMES:  # the user's ci.scope("validate"):
+            record_fetches(fetches or [], parent)  # that is this pass
+            return None
         if epoch is not None:
             opened = open_on(rec, "validate", {"index": epoch.index}, start_ns)
         else:
             opened = open_on(rec, "evaluate", {}, start_ns)
-        evaluation = current.evaluation = Moment(who, opened, epoch.index if epoch else 0, None)
+        evaluation = Moment(who, opened, epoch.index if epoch else 0, parent)
+        current.evaluation = evaluation
+        if parent is not None and parent is not rec.session and (
+            epoch is None or parent is not epoch.opened[0]
+        ):
+            training_state.enclosing.add(parent)  # a user's scope around the evaluation loop
+            evaluation.encloses = True
         evaluation.loop = loop
         if loop is not None:
             training_state.completed[0], training_state.completed[1] = opened[0], loop
@@ -571,6 +584,8 @@ def _end_evaluation(current: TrainingState, end_ns: int | None = None) -> None:
     if evaluation is None:
         return
     current.evaluation = None
+    if evaluation.encloses:
+        _release(current, evaluation.parent)
     span = evaluation.opened[0]
     if training_state.completed[0] is span:
         training_state.completed[0] = training_state.completed[1] = None
@@ -655,10 +670,8 @@ def _release(current: TrainingState, parent: Any) -> None:
     """``parent`` no longer encloses a moment, unless the other open one is also inside it."""
     if parent is None:
         return
-    epoch, step = current.epoch, current.step
-    if (epoch is None or epoch.parent is not parent) and (
-        step is None or step.parent is not parent
-    ):
+    still = (current.epoch, current.step, current.evaluation)
+    if all(moment is None or moment.parent is not parent for moment in still):
         training_state.enclosing.discard(parent)
 
 
@@ -666,6 +679,8 @@ def _enclosing_ends(span: Any) -> None:
     """``span`` is ending: the moments opened inside it end first (children never outlive it)."""
     current = state()
     with current.lock:
+        if current.evaluation is not None and current.evaluation.parent is span:
+            _end_evaluation(current)
         if current.step is not None and current.step.parent is span:
             _end_step(current)
         if current.epoch is not None and current.epoch.parent is span:
