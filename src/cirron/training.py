@@ -463,8 +463,9 @@ def take_fetches() -> list[Fetch]:
     """The batch fetches still waiting for their step (they wait no more)."""
     if not _pending:
         return []
-    fetches = _pending[:]
-    del _pending[:]
+    count = len(_pending)  # a fetch another thread adds meanwhile stays for the next taker
+    fetches = _pending[:count]
+    del _pending[:count]
     return fetches
 
 

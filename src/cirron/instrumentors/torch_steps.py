@@ -288,6 +288,8 @@ class TorchLoop:
 
     def evaluation_work(self, frame: Any) -> None:
         """A forward in eval mode or without gradients (``frame``: the hook's caller)."""
+        if self.training_thread is not None and _thread_id() != self.training_thread:
+            return  # another thread's evaluation: the training loop's moments are not its
         if _pending:
             source = _pending[-1].source
             if isinstance(source, LoaderPass) and source.role != TRAINING:
