@@ -583,3 +583,21 @@ def test_a_loop_that_does_no_torch_work_opens_nothing_and_keeps_no_backlog():
     assert longest <= MAX_WAITING
     assert named(root, "epoch") == [] and named(root, "step") == []
     assert len(named(root, "data_load")) == 201  # every fetch, where the program was
+
+
+def test_an_epoch_that_begins_a_trace_of_its_own_still_begins_at_its_first_fetch():
+    ci.shutdown()
+    ci.profile(output="none", frameworks=["torch"], config={"trace_split": 10})
+    model, optimizer, loss_fn = setup()
+    loader = DataLoader(SlowData(12), batch_size=4)
+    for _epoch in range(3):
+        for x, y in loader:
+            train_on(model, optimizer, loss_fn, x, y)
+
+    root = finished()
+    check(root)
+    epochs = named(root, "epoch")
+    assert len(epochs) == 3
+    assert epochs[-1]["attributes"].get("cirron.parent_span_id")  # a trace of its own
+    for epoch in epochs:
+        assert epoch["start_ns"] == kids(epoch, "step")[0]["start_ns"]

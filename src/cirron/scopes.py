@@ -217,7 +217,12 @@ def open_on(
 
 
 def open_root(
-    rec: Any, name: str, attributes: dict[str, Any], trace_id: int, logical_parent: Any
+    rec: Any,
+    name: str,
+    attributes: dict[str, Any],
+    trace_id: int,
+    logical_parent: Any,
+    start_ns: int | None = None,
 ) -> tuple[Any, Any, Any]:
     """Like :func:`open_on`, but the span begins trace ``trace_id`` (a long run's epoch).
 
@@ -229,7 +234,7 @@ def open_root(
     parent_context = logical_parent.get_span_context()
     attributes = {**attributes, PARENT_ATTRIBUTE: format(parent_context.span_id, "016x")}
     if rec.lean is not None:
-        span: Any = ScopeSpan(name, trace_id, None, attributes, rec.lean, Context())
+        span: Any = ScopeSpan(name, trace_id, None, attributes, rec.lean, Context(), start_ns)
         span.add_link(parent_context)
     else:  # the SDK takes a trace id only from a parent: a remote one, never recorded
         root = NonRecordingSpan(SpanContext(trace_id, parent_context.span_id, True, TraceFlags(1)))
@@ -238,6 +243,7 @@ def open_root(
             context=set_span_in_context(root, Context()),
             attributes=attributes,
             links=[Link(parent_context)],
+            start_time=start_ns,
         )
     return span, _context_var.set(Context({**previous, SPAN_KEY: span})), previous
 

@@ -192,7 +192,7 @@ def begin_epoch(
         above = parent if parent is not None else rec.session  # its parent in the tree
         if _split(rec, current, above):
             trace_id = ids.epoch_trace_id(_run_name(rec), index)
-            opened = open_root(rec, "epoch", {"index": index}, trace_id, above)
+            opened = open_root(rec, "epoch", {"index": index}, trace_id, above, start_ns)
         else:
             opened = open_on(rec, "epoch", {"index": index}, start_ns)
         epoch = current.epoch = Moment(who, opened, index, parent)
@@ -558,8 +558,10 @@ def begin_evaluation(
             opened = open_on(rec, "evaluate", {}, start_ns)
         evaluation = Moment(who, opened, epoch.index if epoch else 0, parent)
         current.evaluation = evaluation
-        if parent is not None and parent is not rec.session and (
-            epoch is None or parent is not epoch.opened[0]
+        if (
+            parent is not None
+            and parent is not rec.session
+            and (epoch is None or parent is not epoch.opened[0])
         ):
             training_state.enclosing.add(parent)  # a user's scope around the evaluation loop
             evaluation.encloses = True
