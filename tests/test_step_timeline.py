@@ -587,7 +587,7 @@ def test_a_loop_that_does_no_torch_work_opens_nothing_and_keeps_no_backlog():
 
 def test_an_epoch_that_begins_a_trace_of_its_own_still_begins_at_its_first_fetch():
     ci.shutdown()
-    ci.profile(output="none", frameworks=["torch"], config={"trace_split": 10})
+    ci.profile(output="none", frameworks=["torch"], config={"trace_split": 2})
     model, optimizer, loss_fn = setup()
     loader = DataLoader(SlowData(12), batch_size=4)
     for _epoch in range(3):
