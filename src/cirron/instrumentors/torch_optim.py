@@ -1,6 +1,6 @@
 """The torch hooks around an optimizer's work: ``optimizer.step()`` (global pre and post
-hooks, and a catcher of the exceptions torch calls no hook for) and
-``GradScaler.step()``, the optimizer moment of a mixed-precision step.
+hooks; a closure passed to it is watched for the exception after which torch calls no post
+hook) and ``GradScaler.step()``, the optimizer moment of a mixed-precision step.
 """
 
 from __future__ import annotations
@@ -21,78 +21,38 @@ optimizer_spans: dict[int, HookSpan] = {}  # the open optimizer_step span of eac
 
 # -- optimizer ---------------------------------------------------------------------
 @guarded(SITE)
-def before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+def before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> Any:
+    """torch's pre hook: the ``optimizer_step`` span begins. A closure (LBFGS) comes back
+    wrapped, so that the span of a step whose closure raises ends then, with the error."""
     stale = optimizer_spans.pop(id(optimizer), None)
-    if stale is not None:  # the previous step() raised before its post hook (not caught)
+    if stale is not None:  # the previous step() raised outside a closure, and was caught
         hook_spans.end(stale, RuntimeError("optimizer.step() raised"))
-    if type(optimizer) not in failure_catchers:  # an optimizer built before the hooks attached
-        _catch_failures(type(optimizer))
     LOOP.optimizer_stepping()
     entered = open_hook("optimizer_step", {"optimizer": type(optimizer).__name__})
-    if entered is not None:
-        optimizer_spans[id(optimizer)] = entered
+    if entered is None:
+        return None
+    optimizer_spans[id(optimizer)] = entered
+    if len(args) == 1 and not kwargs:  # optimizer.step(): no closure
+        return None
+    if len(args) > 1 and callable(args[1]):
+        return (args[0], _watched(args[1], optimizer), *args[2:]), kwargs
+    if callable(kwargs.get("closure")):
+        return args, {**kwargs, "closure": _watched(kwargs["closure"], optimizer)}
+    return None
 
 
-@guarded(SITE)
-def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    entered = optimizer_spans.pop(id(optimizer), None)
-    if entered is not None:
-        hook_spans.end(entered)
-    # Where the user called step(): above torch's wrapper (frame 2, under the guard's), and
-    # above our failure catcher around it when there is one.
-    frame = sys._getframe(2)
-    caller = frame.f_back
-    if caller is not None and caller.f_code is _CATCHING_CODE:
-        frame = caller
-    LOOP.optimizer_stepped(frame)
-
-
-@guarded(SITE)
-def _optimizer_built(optimizer: Any) -> None:
-    LOOP.optimizer_built()
-    _catch_failures(type(optimizer))
-
-
-def make_optimizer_init(original: Any) -> Any:
-    """Our ``Optimizer.__init__``: a loop with an optimizer ends its steps at optimizer steps."""
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        _optimizer_built(self)
-
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    return __init__
-
-
-# Optimizer classes whose step() we wrapped, with the step() torch had given them.
-failure_catchers: dict[type, Any] = {}
-
-
-def _catching(step: Any) -> Any:
-    """``step`` (torch's hooked wrapper of an optimizer's step) inside one that ends the
-    ``optimizer_step`` span of a call that raises, with the error: torch calls no post hook
-    then."""
+def _watched(closure: Any, optimizer: Any) -> Any:
+    """``closure``, telling the optimizer's span when it raises (torch runs no post hook)."""
     failed = guarded(SITE)(_optimizer_failed)
 
-    def catching(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def closure_of_the_step(*args: Any, **kwargs: Any) -> Any:
         try:
-            return step(self, *args, **kwargs)
+            return closure(*args, **kwargs)
         except BaseException as error:
-            failed(self, error)
+            failed(optimizer, error)
             raise
 
-    functools.update_wrapper(catching, step)  # keeps torch's `hooked` mark: no second wrap
-    catching._cirron_catches = True  # type: ignore[attr-defined]
-    return catching
-
-
-def _catch_failures(cls: type) -> None:
-    step = cls.__dict__.get("step")
-    failure_catchers.setdefault(cls, None)
-    if step is None or getattr(step, "_cirron_catches", False):
-        return
-    failure_catchers[cls] = step
-    cls.step = _catching(step)  # type: ignore[attr-defined]
+    return functools.update_wrapper(closure_of_the_step, closure)
 
 
 def _optimizer_failed(optimizer: Any, error: BaseException) -> None:
@@ -101,7 +61,28 @@ def _optimizer_failed(optimizer: Any, error: BaseException) -> None:
         hook_spans.end(entered, error)
 
 
-_CATCHING_CODE = _catching(lambda self: None).__code__  # every catcher runs this code
+@guarded(SITE)
+def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    entered = optimizer_spans.pop(id(optimizer), None)
+    if entered is not None:
+        hook_spans.end(entered)
+    LOOP.optimizer_stepped(sys._getframe(2))  # torch's wrapper: the user's step() above it
+
+
+@guarded(SITE)
+def _optimizer_built() -> None:
+    LOOP.optimizer_built()
+
+
+def make_optimizer_init(original: Any) -> Any:
+    """Our ``Optimizer.__init__``: a loop with an optimizer ends its steps at optimizer steps."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _optimizer_built()
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __init__
 
 
 # -- GradScaler ----------------------------------------------------------------------
@@ -149,9 +130,5 @@ def make_scaler_step(original: Any) -> Any:
 
 
 def forget() -> None:
-    """The hooks come off: every optimizer class gets its own step() back."""
-    for cls, step in reversed(failure_catchers.items()):
-        if step is not None:
-            cls.step = step  # type: ignore[attr-defined]
-    failure_catchers.clear()
+    """The hooks come off: no optimizer step is open any more."""
     optimizer_spans.clear()
