@@ -98,3 +98,54 @@ def test_a_failing_instrumentor_is_counted_not_raised(fake_framework, tmp_path):
     assert any("torch" in site for site in report["errors_by_site"])
     with ci.scope("training-goes-on"):
         pass
+
+
+# -- the registry is the one list of frameworks ----------------------------------------------
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from conftest import ROOT
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _distribution(requirement: str) -> str:
+    """``"keras >= 2.15"`` -> ``"keras"``."""
+    for operator in ("==", ">=", "<=", "~=", "!=", ">", "<", "["):
+        requirement = requirement.split(operator)[0]
+    return requirement.strip().lower().replace("_", "-")
+
+
+def test_the_entry_points_are_the_registrys_instrumentors():
+    declared = _pyproject()["project"]["entry-points"]["opentelemetry_instrumentor"]
+    expected = {f.entry_point: f.instrumentor for f in registry.FRAMEWORKS.values()}
+    missing = {name: path for name, path in expected.items() if declared.get(name) != path}
+    assert not missing, "add to [project.entry-points.opentelemetry_instrumentor]: " + ", ".join(
+        f'{name} = "{path}"' for name, path in missing.items()
+    )
+    extra = set(declared) - set(expected)
+    assert not extra, f"entry points with no framework in cirron/registry.py: {sorted(extra)}"
+
+
+def test_every_framework_has_an_extra_that_installs_it_and_all_holds_them_all():
+    extras = _pyproject()["project"]["optional-dependencies"]
+    every = {_distribution(r) for r in extras["all"]}
+    for framework in registry.FRAMEWORKS.values():
+        needed = _distribution(framework.requirement)
+        assert framework.extra in extras, (
+            f'add to [project.optional-dependencies]: {framework.extra} = ["{needed}..."]'
+        )
+        assert needed in {_distribution(r) for r in extras[framework.extra]}, (
+            framework.name,
+            needed,
+        )
+        assert {_distribution(r) for r in extras[framework.extra]} <= every, (
+            f"[project.optional-dependencies] all lacks what {framework.extra} installs"
+        )
+    assert "plotly" in every  # the report's
+
+
+def test_an_instrumentor_reads_its_modules_and_requirement_from_the_registry():
+    for framework in registry.FRAMEWORKS.values():
+        instrumentor = registry.load_object(framework.instrumentor)()
+        assert instrumentor.modules == framework.modules
+        assert tuple(instrumentor.instrumentation_dependencies()) == (framework.requirement,)

@@ -31,11 +31,16 @@ _log = logging.getLogger("cirron")
 
 @dataclass(frozen=True)
 class Framework:
+    """Everything cirron knows of one framework: adding one is this row, its instrumentor
+    module, and its lines in ``pyproject.toml`` (tests/test_registry.py names any missing)."""
+
     name: str  # as ci.profile(frameworks=[...]) and CIRRON_FRAMEWORKS name it
     modules: tuple[str, ...]  # importing any of these means the framework is in use
     instrumentor: str  # "module:Class" under cirron.instrumentors
     priority: int  # as an owner of epoch and step: higher wins
     snapshot_adapter: str | None = None  # "module:NAME" of its models' snapshot adapter
+    extra: str = ""  # the optional dependencies that install it: pip install "cirron-otel[extra]"
+    requirement: str = ""  # what its instrumentor needs installed (instrumentation_dependencies)
 
     @property
     def entry_point(self) -> str:
@@ -53,6 +58,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "cirron.instrumentors.torch:TorchInstrumentor",
             priority=1,
             snapshot_adapter="cirron.instrumentors.torch_snapshot:ADAPTER",
+            extra="torch",
+            requirement="torch >= 2.1",
         ),
         Framework(
             "tensorflow",
@@ -62,24 +69,32 @@ FRAMEWORKS: dict[str, Framework] = {
             "cirron.instrumentors.keras:KerasInstrumentor",
             priority=2,
             snapshot_adapter="cirron.instrumentors.keras_snapshot:ADAPTER",
+            extra="tensorflow",
+            requirement="keras >= 2.15",
         ),
         Framework(
             "lightning",
             ("lightning", "pytorch_lightning"),
             "cirron.instrumentors.lightning:LightningInstrumentor",
             priority=3,
+            extra="lightning",
+            requirement="lightning >= 2.0",
         ),
         Framework(
             "trainloop",
             ("trainloop",),
             "cirron.instrumentors.trainloop:TrainloopInstrumentor",
             priority=3,
+            extra="trainloop",
+            requirement="trainloop >= 0.11",
         ),
         Framework(
             "transformers",
             ("transformers",),
             "cirron.instrumentors.transformers:TransformersInstrumentor",
             priority=3,
+            extra="transformers",
+            requirement="transformers >= 4.40",
         ),
     )
 }

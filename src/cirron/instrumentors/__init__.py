@@ -21,7 +21,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
-from .. import recorder
+from .. import recorder, registry
 from ..guard import guarded
 
 
@@ -72,10 +72,7 @@ def flatten(records: Mapping[Any, Any], prefix: str = "") -> dict[str, Any]:
 class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """The shared life cycle; a subclass names its framework and fills in :meth:`install`."""
 
-    # The framework's top-level modules: importing one attaches its hooks (install(module)),
-    # each on its own (Keras 3 as `keras`, Keras 2 as `tf_keras`).
-    modules: tuple[str, ...] = ()
-    requirement = ""  # what instrumentation_dependencies() says, e.g. "torch >= 2.1"
+    framework = ""  # its name in cirron.registry, where its modules and requirement stand
     site = ""  # how ci.health() names its hooks' failures, e.g. "torch hook"
     # BaseInstrumentor is a singleton whose __init__ runs on every call of the class, so
     # this state lives on each subclass (see __init_subclass__), not on the instance.
@@ -89,8 +86,14 @@ class FrameworkInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         cls._installed = set()
         cls._waiting_for_import = False
 
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The framework's top-level modules: importing one attaches its hooks
+        (``install(module)``), each on its own (Keras 3 as ``keras``, Keras 2 as ``tf_keras``)."""
+        return registry.FRAMEWORKS[self.framework].modules
+
     def instrumentation_dependencies(self) -> Collection[str]:
-        return (self.requirement,)
+        return (registry.FRAMEWORKS[self.framework].requirement,)
 
     # -- what a subclass fills in ------------------------------------------------------------
     @abc.abstractmethod

@@ -348,8 +348,7 @@ def _layer_call(original: Any) -> Any:
 class KerasInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for Keras (see the module docstring)."""
 
-    modules = ("keras", "tf_keras")
-    requirement = "keras >= 2.15"
+    framework = "tensorflow"
 
     def install(self, module: str) -> None:
         keras = sys.modules[module]

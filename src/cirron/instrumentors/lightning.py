@@ -295,9 +295,8 @@ def _logs(connector: Any, args: Any, kwargs: Any) -> None:
 class LightningInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for PyTorch Lightning 2.x (see the module docstring)."""
 
-    modules = ("lightning", "pytorch_lightning")
+    framework = "lightning"
     site = _SITE
-    requirement = "lightning >= 2.0"
 
     def install(self, module: str) -> None:
         package = sys.modules[module]

@@ -65,8 +65,7 @@ def _end_torch_moments() -> None:
 class TorchInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for PyTorch training loops (see the module docstring)."""
 
-    modules = ("torch",)
-    requirement = "torch >= 2.1"
+    framework = "torch"
     _handles: list[Any] = []  # the optimizer hooks
 
     def install(self, module: str) -> None:

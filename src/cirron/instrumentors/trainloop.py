@@ -204,9 +204,8 @@ def _checkpoint_begins(hook: Any, args: Any, kwargs: Any) -> Any:
 class TrainloopInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for trainloop's ``BaseTrainer`` (see the module docstring)."""
 
-    modules = ("trainloop",)
+    framework = "trainloop"
     site = _SITE
-    requirement = "trainloop >= 0.11"
 
     def install(self, module: str) -> None:
         from trainloop import BaseTrainer, CheckpointingHook

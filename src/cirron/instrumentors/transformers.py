@@ -346,9 +346,8 @@ def _train_ends(trainer: Any, error: BaseException | None) -> None:
 class TransformersInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for the HuggingFace ``Trainer`` (see the module docstring)."""
 
-    modules = ("transformers",)
+    framework = "transformers"
     site = _SITE
-    requirement = "transformers >= 4.40"
 
     def install(self, module: str) -> None:
         from transformers import Trainer
