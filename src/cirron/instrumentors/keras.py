@@ -42,119 +42,34 @@ import sys
 from typing import Any
 
 from .. import recorder, training
+from ..callbacks import FrameworkRun, Switch
 from ..guard import guarded
-from ..scopes import close_span, current_span, marks_from, open_span
-from ..training_state import Moment
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 
 _SITE = "keras hook"
 KERAS = training.owner("tensorflow")
-_active = [False]  # the instrumentor is on: callbacks handed out earlier go quiet
-_fitting: list[KerasRun] = []  # runs inside fit() now: an evaluation there is validation
+ACTIVE = Switch()  # the instrumentor is on: callbacks handed out earlier go quiet
+_fitting: list[FrameworkRun] = []  # runs inside fit() now (ended if the hooks come off)
 
 
-class KerasRun:
-    """What one cirron callback knows of the fit/evaluate/predict it is in."""
-
-    __slots__ = ("train", "passes")
-
-    def __init__(self) -> None:
-        self.train: Any = None  # the open `train` span (what close_span needs)
-        self.passes: list[Moment] = []  # open validate/evaluate/predict
-
-
-# -- the callback's moments -------------------------------------------------------------------
-@guarded(_SITE)
-def _open_train(run: KerasRun) -> None:
-    """``fit()`` begins (its set-up, the model's build, then the epochs): the ``train`` span."""
-    if run.train is None:
-        training.take_over(KERAS)  # a torch loop's moments left open end before `train` opens
-        run.train = open_span("train", {})
-        _fitting.append(run)
+def _new_run() -> FrameworkRun:
+    return FrameworkRun(KERAS, _SITE)
 
 
 @guarded(_SITE)
-def _train_begin(run: KerasRun, params: Any, model: Any) -> None:
-    if run.train is None:  # a fit() that cirron did not patch, with our callback in it
-        _open_train(run)
-    if run.train is not None:
-        for name in ("epochs", "steps"):
-            value = (params or {}).get(name)
-            if isinstance(value, int):
-                run.train[0].set_attribute(name, value)
+def _train_begin(run: FrameworkRun, params: Any, model: Any) -> None:
+    run.begin(hold=False)  # (a fit() that cirron did not patch, with our callback in it)
+    values = {name: (params or {}).get(name) for name in ("epochs", "steps")}
+    run.describe({name: value for name, value in values.items() if isinstance(value, int)})
     if model is not None:
         watch_model(model)
 
 
-@guarded(_SITE)
-def _train_end(run: KerasRun, error: BaseException | None = None) -> None:
-    while run.passes:
-        _end_pass(run, None, error)
-    training.end_epoch(KERAS, error)
+def _train_end(run: FrameworkRun, error: BaseException | None = None) -> None:
+    run.end(error)
     if run in _fitting:
         _fitting.remove(run)
-    train, run.train = run.train, None
-    if train is not None:
-        close_span(train, error)
-
-
-@guarded(_SITE)
-def _epoch_begin(epoch: int) -> None:
-    training.begin_epoch(KERAS, index=int(epoch))
-
-
-@guarded(_SITE)
-def _epoch_end(run: KerasRun, logs: Any) -> None:
-    epoch = training.state().epoch  # Keras's, or the ci.epochs epoch that fit() runs in
-    if logs:
-        target = epoch.opened[0] if epoch is not None else run.train[0] if run.train else None
-        marks_from(target, logs, "summary")
-    training.end_epoch(KERAS)
-
-
-@guarded(_SITE)
-def _batch_begin(batch: int) -> None:
-    training.begin_step(KERAS, index=int(batch), name="batch")
-
-
-@guarded(_SITE)
-def _batch_end(logs: Any) -> None:
-    step = training.step_of(KERAS)
-    if logs:
-        marks_from(step.opened[0] if step is not None else current_span(), logs, "point")
-    training.end_step(KERAS)
-
-
-@guarded(_SITE)
-def _pass_begin(run: KerasRun, name: str) -> None:
-    attributes = {}
-    if name == "evaluate" and _fitting:  # inside fit(): a validation pass of the epoch
-        name = "validate"
-        epoch = training.state().epoch
-        if epoch is not None:
-            attributes["index"] = epoch.index
-    elif not _fitting:
-        training.take_over(KERAS)
-    moment = training.begin_pass(KERAS, name, attributes)
-    if moment is not None:
-        run.passes.append(moment)
-
-
-@guarded(_SITE)
-def _pass_batch(run: KerasRun) -> None:
-    if run.passes:
-        run.passes[-1].batches += 1
-
-
-def _end_pass(run: KerasRun, logs: Any, error: BaseException | None = None) -> None:
-    moment = run.passes.pop()
-    if logs:
-        marks_from(moment.opened[0], logs, "summary")
-    training.end_pass(KERAS, moment, error)
-
-
-_pass_end = guarded(_SITE)(_end_pass)
 
 
 def _make_callback_class(base: Any) -> Any:
@@ -163,55 +78,55 @@ def _make_callback_class(base: Any) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self.run = KerasRun()
+            self.run = _new_run()
 
         def on_train_begin(self, logs: Any = None) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _train_begin(self.run, self.params, self.model)
 
         def on_train_end(self, logs: Any = None) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _train_end(self.run)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            if _active[0]:
-                _epoch_begin(epoch)
+            if ACTIVE:
+                self.run.begin_epoch(int(epoch))
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            if _active[0]:
-                _epoch_end(self.run, logs)
+            if ACTIVE:
+                self.run.end_epoch(summary=logs)
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            if _active[0]:
-                _batch_begin(batch)
+            if ACTIVE:
+                self.run.begin_step(int(batch), name="batch")
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            if _active[0]:
-                _batch_end(logs)
+            if ACTIVE:
+                self.run.end_step(logs)
 
         def on_test_begin(self, logs: Any = None) -> None:
-            if _active[0]:
-                _pass_begin(self.run, "evaluate")
+            if ACTIVE:  # inside any fit(): a validation pass of its epoch
+                self.run.begin_pass("evaluate", during_training=bool(_fitting))
 
         def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-            if _active[0]:
-                _pass_batch(self.run)
+            if ACTIVE:
+                self.run.count_batch()
 
         def on_test_end(self, logs: Any = None) -> None:
-            if _active[0] and self.run.passes:
-                _pass_end(self.run, logs)
+            if ACTIVE:
+                self.run.end_pass(summary=logs)
 
         def on_predict_begin(self, logs: Any = None) -> None:
-            if _active[0]:
-                _pass_begin(self.run, "predict")
+            if ACTIVE:
+                self.run.begin_pass("predict")
 
         def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
-            if _active[0]:
-                _pass_batch(self.run)
+            if ACTIVE:
+                self.run.count_batch()
 
         def on_predict_end(self, logs: Any = None) -> None:
-            if _active[0] and self.run.passes:
-                _pass_end(self.run, None)
+            if ACTIVE:
+                self.run.end_pass()
 
     CirronCallback.__qualname__ = CirronCallback.__name__
     return CirronCallback
@@ -232,7 +147,7 @@ class Flavor:
                 return callback
         return None
 
-    def with_ours(self, callbacks: Any) -> tuple[Any, KerasRun]:
+    def with_ours(self, callbacks: Any) -> tuple[Any, FrameworkRun]:
         """``callbacks`` as the user gave them, plus cirron's (once); and its run.
 
         A user's list is never changed (a new one is passed on); a
@@ -268,7 +183,7 @@ class Flavor:
 @guarded(_SITE)
 def _inject(
     flavor: Flavor, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any], KerasRun]:
+) -> tuple[tuple[Any, ...], dict[str, Any], FrameworkRun]:
     """The call's arguments with cirron's callback among its ``callbacks``."""
     if len(args) > position:
         callbacks, run = flavor.with_ours(args[position])
@@ -280,14 +195,13 @@ def _inject(
 
 
 @guarded(_SITE)
-def _abort(run: KerasRun, error: BaseException, fit: bool) -> None:
+def _abort(run: FrameworkRun, error: BaseException, fit: bool) -> None:
     """The call raised: what it opened ends, with ``error`` recorded."""
     if fit:
-        training.end_step(KERAS, error)
         _train_end(run, error)
     else:
         while run.passes:
-            _end_pass(run, None, error)
+            run.end_pass(error)
 
 
 def _entry(flavor: Flavor, name: str, original: Any) -> Any:
@@ -296,13 +210,14 @@ def _entry(flavor: Flavor, name: str, original: Any) -> Any:
     fit = name == "fit"
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        injected = _inject(flavor, position, args, kwargs) if _active[0] else None
+        injected = _inject(flavor, position, args, kwargs) if ACTIVE else None
         if injected is None:
             return original(self, *args, **kwargs)
         args, kwargs, run = injected
         _hold()
-        if fit:
-            _open_train(run)
+        if fit:  # the set-up, the model's build, then the epochs: all inside `train`
+            run.begin(hold=False)  # (held around every call, evaluate's and predict's too)
+            _fitting.append(run)
         try:
             return original(self, *args, **kwargs)
         except BaseException as error:
@@ -333,7 +248,7 @@ def _layer_call(original: Any) -> Any:
     """
 
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _active[0] or recorder.current is None:
+        if not ACTIVE or recorder.current is None:
             return original(self, *args, **kwargs)
         _hold()
         try:
@@ -361,10 +276,10 @@ class KerasInstrumentor(FrameworkInstrumentor):
         if callable(backend) and backend() == "torch":
             owner = next(klass for klass in keras.Layer.__mro__ if "__call__" in klass.__dict__)
             self.patch(owner, "__call__", _layer_call(owner.__dict__["__call__"]))
-        _active[0] = True
+        ACTIVE.on = True
 
     def remove(self) -> None:
-        _active[0] = False
+        ACTIVE.on = False
         if recorder.current is not None:
             for run in list(_fitting):
                 _train_end(run)
