@@ -42,71 +42,42 @@ import sys
 from typing import Any
 
 from .. import training
+from ..callbacks import FrameworkRun, Switch
 from ..guard import guarded
-from ..scopes import close_span, marks_from, open_span
-from ..training_state import Moment
+from ..scopes import close_span, open_span
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 
 _SITE = "lightning hook"
 LIGHTNING = training.owner("lightning")
-_active = [False]  # the instrumentor is on: callbacks of trainers built earlier go quiet
+ACTIVE = Switch()  # the instrumentor is on: callbacks of trainers built earlier go quiet
 _callbacks: dict[str, Any] = {}  # module ("lightning", "pytorch_lightning") -> callback class
 
 
-class LightningRun:
+class LightningRun(FrameworkRun):
     """What one trainer's callback knows of the run it is in."""
 
-    __slots__ = ("train", "passes", "epoch_ending", "step_began_at")
-
     def __init__(self) -> None:
-        self.train: Any = None  # the open `train` span of trainer.fit()
-        self.passes: list[Moment] = []  # open validate/evaluate/test/predict
-        self.epoch_ending = False  # on_train_epoch_end was called: logs now describe the epoch
+        super().__init__(LIGHTNING, _SITE)
         self.step_began_at = -1  # trainer.global_step when the open step began
-
-
-# -- fit, epochs and steps ----------------------------------------------------------------------
-@guarded(_SITE)
-def _open_train(run: LightningRun) -> None:
-    if run.train is None:
-        training.take_over(LIGHTNING)
-        run.train = open_span("train", {})
 
 
 @guarded(_SITE)
 def _fit_start(run: LightningRun, trainer: Any, module: Any) -> None:
-    if run.train is None:
-        _open_train(run)
-    if run.train is not None:
-        run.train[0].set_attribute("max_epochs", int(trainer.max_epochs or -1))
-        run.train[0].set_attribute("accumulate_grad_batches", int(trainer.accumulate_grad_batches))
+    run.begin()
+    run.describe(
+        {
+            "max_epochs": int(trainer.max_epochs or -1),
+            "accumulate_grad_batches": int(trainer.accumulate_grad_batches),
+        }
+    )
     if module is not None:
         watch_model(module)
 
 
 @guarded(_SITE)
-def _close_train(run: LightningRun, error: BaseException | None = None) -> None:
-    training.release(LIGHTNING)
-    while run.passes:
-        _end_pass(run, error)
-    training.end_epoch(LIGHTNING, error)
-    training.end_step(LIGHTNING, error)
-    train, run.train = run.train, None
-    if train is not None:
-        close_span(train, error)
-
-
-@guarded(_SITE)
-def _epoch_start(run: LightningRun, trainer: Any) -> None:
-    run.epoch_ending = False
-    training.begin_epoch(LIGHTNING, index=int(trainer.current_epoch))
-
-
-@guarded(_SITE)
 def _epoch_end(run: LightningRun) -> None:
-    run.epoch_ending = True
-    training.end_step(LIGHTNING)
+    run.epoch_ends()
     training.epoch_boundary(LIGHTNING)  # the model is final for the epoch: snapshots now
 
 
@@ -115,62 +86,33 @@ def _batch_start(run: LightningRun, trainer: Any) -> None:
     step = training.step_of(LIGHTNING)
     if step is None or step.complete:  # else: a batch accumulating into the open step
         run.step_began_at = int(trainer.global_step)
-        training.begin_step(LIGHTNING, index=run.step_began_at)
+        run.begin_step(run.step_began_at)
 
 
 @guarded(_SITE)
 def _batch_end(run: LightningRun, trainer: Any) -> None:
     if int(trainer.global_step) > run.step_began_at:  # the optimizer stepped: its work is done
-        training.complete_step(LIGHTNING)
+        run.complete_step()
 
 
-# -- evaluation passes --------------------------------------------------------------------------
 @guarded(_SITE)
 def _pass_start(run: LightningRun, trainer: Any, name: str) -> None:
-    attributes: dict[str, Any] = {}
-    if run.train is not None and name == "evaluate":  # validation during fit
-        name = "validate"
-        if trainer.sanity_checking:
-            attributes["sanity_check"] = True
-        else:
-            training.end_completed_step(LIGHTNING)  # never inside a step
-            epoch = training.epoch_of(LIGHTNING)
-            if epoch is not None:
-                attributes["index"] = epoch.index
-    elif run.train is None:
-        training.take_over(LIGHTNING)
-    moment = training.begin_pass(LIGHTNING, name, attributes)
-    if moment is not None:
-        run.passes.append(moment)
+    sanity = run.training and name == "evaluate" and bool(trainer.sanity_checking)
+    run.begin_pass(name, {"sanity_check": True} if sanity else {})
 
 
-@guarded(_SITE)
-def _pass_batch(run: LightningRun) -> None:
-    if run.passes:
-        run.passes[-1].batches += 1
-
-
-def _end_pass(run: LightningRun, error: BaseException | None = None) -> None:
-    training.end_pass(LIGHTNING, run.passes.pop(), error)
-
-
-_pass_end = guarded(_SITE)(_end_pass)
-
-
-# -- what Lightning logs ----------------------------------------------------------------------
 @guarded(_SITE)
 def _logged(trainer: Any, metrics: Any) -> None:
+    """What Lightning hands its loggers: an evaluation's values on its pass (and, for validation
+    during fit, on the epoch too); the rest where :func:`cirron.training.logged` puts them."""
     run = _run_of(trainer)
     if run is None or not metrics:
         return
-    if run.passes:  # an evaluation's epoch-end values
-        opened = run.passes[-1].opened[0]
-        marks_from(opened, metrics, "summary")
-        epoch = training.epoch_of(LIGHTNING)
-        if epoch is not None and opened.name == "validate" and not trainer.sanity_checking:
-            marks_from(epoch.opened[0], metrics, "summary")
+    if run.passes:
+        validation = run.passes[-1].opened[0].name == "validate"
+        run.mark_pass(metrics, on_epoch=validation and not trainer.sanity_checking)
         return
-    training.logged(LIGHTNING, metrics, run.epoch_ending)
+    run.logged(metrics)
 
 
 def _make_callback_class(base: Any) -> Any:
@@ -182,54 +124,54 @@ def _make_callback_class(base: Any) -> Any:
             self.run = LightningRun()
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _fit_start(self.run, trainer, pl_module)
 
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-            if _active[0]:
-                _epoch_start(self.run, trainer)
+            if ACTIVE:
+                self.run.begin_epoch(int(trainer.current_epoch))
 
         def on_train_batch_start(self, trainer: Any, pl_module: Any, *args: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _batch_start(self.run, trainer)
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _batch_end(self.run, trainer)
 
         def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _epoch_end(self.run)
 
         def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _pass_start(self.run, trainer, "evaluate")
 
         def on_test_start(self, trainer: Any, pl_module: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _pass_start(self.run, trainer, "test")
 
         def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _pass_start(self.run, trainer, "predict")
 
         def on_validation_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
-            if _active[0]:
-                _pass_batch(self.run)
+            if ACTIVE:
+                self.run.count_batch()
 
         on_test_batch_end = on_validation_batch_end
         on_predict_batch_end = on_validation_batch_end
 
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-            if _active[0] and self.run.passes:
-                _pass_end(self.run)
+            if ACTIVE:
+                self.run.end_pass()
 
         on_test_end = on_validation_end
         on_predict_end = on_validation_end
 
         def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-            if _active[0]:
-                _close_train(self.run, exception)
+            if ACTIVE:
+                self.run.end(exception)
 
     return CirronCallback
 
@@ -255,7 +197,7 @@ def _run_of(trainer: Any, add: bool = False) -> LightningRun | None:
 # -- patched Trainer methods ----------------------------------------------------------------------
 def _built(trainer: Any, args: Any, kwargs: Any) -> Any:
     """``Trainer.__init__``: once it has run, the trainer gets its callback."""
-    return trainer if _active[0] else None
+    return trainer if ACTIVE else None
 
 
 def _add_callback(trainer: Any, error: BaseException | None) -> None:
@@ -265,22 +207,25 @@ def _add_callback(trainer: Any, error: BaseException | None) -> None:
 
 def _fit_begins(trainer: Any, args: Any, kwargs: Any) -> LightningRun | None:
     """``fit()``: a trainer built before the instrumentor gets its callback; ``train`` opens."""
-    run = _run_of(trainer, add=True) if _active[0] else None
-    if run is not None:
-        training.hold(LIGHTNING)  # its loop has the moments: the torch hooks open none meanwhile
-        _open_train(run)
+    run = _run_of(trainer, add=True) if ACTIVE else None
+    if run is not None:  # (its loop has the moments: the torch hooks open none meanwhile)
+        run.begin()
     return run
+
+
+def _fit_ends(run: LightningRun, error: BaseException | None) -> None:
+    run.end(error)
 
 
 def _entry(trainer: Any, args: Any, kwargs: Any) -> None:
     """``validate``/``test``/``predict``: a trainer built earlier gets its callback first."""
-    if _active[0]:
+    if ACTIVE:
         _run_of(trainer, add=True)
 
 
 def _checkpoint_begins(trainer: Any, args: Any, kwargs: Any) -> Any:
     filepath = args[0] if args else kwargs.get("filepath")
-    if not _active[0] or filepath is None:
+    if not ACTIVE or filepath is None:
         return None
     return open_span("checkpoint", {"path": os.path.abspath(os.fspath(filepath))})
 
@@ -288,7 +233,7 @@ def _checkpoint_begins(trainer: Any, args: Any, kwargs: Any) -> Any:
 def _logs(connector: Any, args: Any, kwargs: Any) -> None:
     """``_LoggerConnector.log_metrics``: what Lightning hands its loggers."""
     metrics = args[0] if args else kwargs.get("metrics")
-    if _active[0]:
+    if ACTIVE:
         _logged(connector.trainer, metrics)
 
 
@@ -308,13 +253,13 @@ class LightningInstrumentor(FrameworkInstrumentor):
             _callbacks[module] = _make_callback_class(pl.Callback)
 
         self.wrap(pl.Trainer, "__init__", _built, _add_callback)
-        self.wrap(pl.Trainer, "fit", _fit_begins, _close_train)
+        self.wrap(pl.Trainer, "fit", _fit_begins, _fit_ends)
         for name in ("validate", "test", "predict"):
             self.wrap(pl.Trainer, name, _entry)
         self.wrap(pl.Trainer, "save_checkpoint", _checkpoint_begins, close_span)
         # What Lightning hands its loggers: the one place that knows a value's level.
         self.wrap(connectors._LoggerConnector, "log_metrics", _logs)
-        _active[0] = True
+        ACTIVE.on = True
 
     def remove(self) -> None:
-        _active[0] = False
+        ACTIVE.on = False
