@@ -48,30 +48,23 @@ import time
 from typing import Any
 
 from .. import recorder, training
+from ..callbacks import FrameworkRun, Switch
 from ..guard import guarded
-from ..scopes import close_span, marks_from, open_span
-from ..training_state import Moment
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 
 _SITE = "transformers hook"
 HF = training.owner("transformers")
-_active = [False]  # the instrumentor is on: callbacks of trainers built earlier go quiet
+ACTIVE = Switch()  # the instrumentor is on: callbacks of trainers built earlier go quiet
 _callback_class: list[Any] = [None]  # made on first use: it subclasses transformers' class
 
 
-class TrainerRun:
+class TrainerRun(FrameworkRun):
     """What one trainer's callback knows of its run (one per trainer)."""
 
     def __init__(self) -> None:
-        self.train: Any = None  # the open `train` span (what close_span needs)
-        self.epoch_ending = False  # on_epoch_end was called: logs now describe the epoch
+        super().__init__(HF, _SITE)
         self.updates_left: int | None = None  # optimizer steps left in this epoch
-        self.evaluations: list[Moment] = []  # open evaluation (and checkpoint) passes
-
-    @property
-    def training(self) -> bool:
-        return self.train is not None
 
 
 # -- the callback's moments -------------------------------------------------------------------
@@ -82,30 +75,19 @@ def _train_begin(run: TrainerRun, args: Any, state: Any, model: Any) -> None:
     epochs = getattr(state, "num_train_epochs", 0)
     if not isinstance(epochs, int) or not 0 < epochs < sys.maxsize:
         epochs = args.num_train_epochs
-    run.train = open_span(
-        "train",
-        {
-            "num_train_epochs": float(epochs),
-            "max_steps": int(state.max_steps or 0),
-            "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
-        },
-    )
+    attributes = {
+        "num_train_epochs": float(epochs),
+        "max_steps": int(state.max_steps or 0),
+        "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
+    }
+    run.begin(attributes, hold=False)  # (train() holds the levels, from before this moment)
     if model is not None:
         watch_model(model)
 
 
 @guarded(_SITE)
-def _train_end(run: TrainerRun) -> None:
-    training.end_epoch(HF)
-    train, run.train = run.train, None
-    if train is not None:
-        close_span(train)
-
-
-@guarded(_SITE)
 def _epoch_begin(run: TrainerRun, args: Any, state: Any, dataloader: Any) -> None:
-    run.epoch_ending = False
-    training.begin_epoch(HF, index=int(state.epoch or 0))
+    run.begin_epoch(int(state.epoch or 0))
     run.updates_left = _updates_left(args, state, dataloader)
 
 
@@ -127,7 +109,7 @@ def _updates_left(args: Any, state: Any, dataloader: Any) -> int | None:
 def _step_begin(run: TrainerRun, state: Any) -> None:
     step = training.step_of(HF)
     if step is None or step.complete:  # else get_batch_samples began it
-        training.begin_step(HF, index=state.global_step)
+        run.begin_step(state.global_step)
 
 
 @guarded(_SITE)
@@ -139,41 +121,14 @@ def _optimizer_step(run: TrainerRun) -> None:
 
 
 @guarded(_SITE)
-def _step_end(run: TrainerRun) -> None:
-    training.complete_step(HF)  # open for the logs that follow it
-
-
-@guarded(_SITE)
-def _epoch_end(run: TrainerRun) -> None:
-    run.epoch_ending = True
-    training.end_step(HF)
-
-
-@guarded(_SITE)
 def _log(run: TrainerRun, logs: dict[str, Any]) -> None:
     if "train_runtime" in logs:  # the final metrics of train()
         training.end_epoch(HF)
-        marks_from(run.train[0] if run.train else None, logs, "summary")
-        return
-    if run.evaluations:  # metrics of the evaluation running now
-        marks_from(run.evaluations[-1].opened[0], logs, "summary")
-        epoch = training.epoch_of(HF)
-        if run.epoch_ending and epoch is not None:
-            marks_from(epoch.opened[0], logs, "summary")
-        return
-    training.logged(HF, logs, run.epoch_ending)
-
-
-@guarded(_SITE)
-def _prediction_step(run: TrainerRun) -> None:
-    if run.evaluations:
-        run.evaluations[-1].batches += 1
-
-
-@guarded(_SITE)
-def _predict_metrics(run: TrainerRun, metrics: dict[str, Any]) -> None:
-    if run.evaluations:
-        marks_from(run.evaluations[-1].opened[0], metrics, "summary")
+        run.mark_run(logs)
+    elif run.passes:  # metrics of the evaluation running now (on the epoch, at its end)
+        run.mark_pass(logs, on_epoch=run.epoch_ending)
+    else:
+        run.logged(logs)
 
 
 def _make_callback_class() -> Any:
@@ -186,48 +141,48 @@ def _make_callback_class() -> Any:
             self.run = TrainerRun()
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _train_begin(self.run, args, state, kwargs.get("model"))
 
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _epoch_begin(self.run, args, state, kwargs.get("train_dataloader"))
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _step_begin(self.run, state)
 
         def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _optimizer_step(self.run)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if _active[0]:
-                _step_end(self.run)
+            if ACTIVE:
+                self.run.complete_step()  # open for the logs that follow it
 
         def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if _active[0]:
-                _epoch_end(self.run)
+            if ACTIVE:
+                self.run.epoch_ends()
 
         def on_log(
             self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any
         ) -> None:
-            if _active[0] and logs:
+            if ACTIVE and logs:
                 _log(self.run, logs)
 
         def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if _active[0]:
-                _prediction_step(self.run)
+            if ACTIVE:
+                self.run.count_batch()
 
         def on_predict(
             self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any
         ) -> None:
-            if _active[0] and metrics:
-                _predict_metrics(self.run, metrics)
+            if ACTIVE and metrics:
+                self.run.mark_pass(metrics)
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if _active[0]:
-                _train_end(self.run)
+            if ACTIVE:
+                self.run.end()
 
     return CirronCallback
 
@@ -256,35 +211,21 @@ def _run_of(trainer: Any, add: bool = False) -> TrainerRun | None:
 
 # -- evaluation, prediction and checkpoints: spans around Trainer methods -----------------------
 def _begin_pass(name: str, describe: Any) -> Any:
-    """``begin`` for :func:`around`: the call runs inside a ``name`` span.
-
-    ``describe(trainer, args, kwargs)`` gives the span's attributes.
-    """
+    """``begin`` for :func:`around`: the call runs inside a ``name`` span (``validate`` when
+    it is an evaluation during training). ``describe(trainer, args, kwargs)`` gives its
+    attributes."""
 
     def begin(trainer: Any, args: Any, kwargs: dict[str, Any]) -> TrainerRun | None:
-        run = _run_of(trainer, add=True) if _active[0] else None
+        run = _run_of(trainer, add=True) if ACTIVE else None
         if run is None:
             return None
-        attributes = describe(trainer, args, kwargs)
-        span_name = name
-        if name == "evaluate" and run.training:
-            span_name = "validate"  # evaluation during training: inside its epoch
-            epoch = training.epoch_of(HF)
-            if epoch is not None:
-                attributes["index"] = epoch.index
-        if run.training:
-            training.end_completed_step(HF)  # never inside a step
-        moment = training.begin_pass(HF, span_name, attributes)
-        if moment is None:
-            return None
-        run.evaluations.append(moment)
-        return run
+        return run if run.begin_pass(name, describe(trainer, args, kwargs)) is not None else None
 
     return begin
 
 
 def _end_pass(run: TrainerRun, error: BaseException | None) -> None:
-    training.end_pass(HF, run.evaluations.pop(), error)
+    run.end_pass(error)
 
 
 def _pass_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -302,16 +243,16 @@ def _checkpoint_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> d
 
 def _fetch_begins(trainer: Any, args: Any, kwargs: Any) -> None:
     """``get_batch_samples``: the Trainer fetches a step's batches before ``on_step_begin``."""
-    run = _run_of(trainer) if _active[0] else None
+    run = _run_of(trainer) if ACTIVE else None
     if run is not None and run.training:
         step = training.step_of(HF)
         if step is None or step.complete:
-            training.begin_step(HF, index=trainer.state.global_step, start_ns=time.time_ns())
+            run.begin_step(trainer.state.global_step, start_ns=time.time_ns())
 
 
 def _built(trainer: Any, args: Any, kwargs: Any) -> Any:
     """``Trainer.__init__``: once it has run, the trainer gets its callback."""
-    return trainer if _active[0] else None
+    return trainer if ACTIVE else None
 
 
 def _add_callback(trainer: Any, error: BaseException | None) -> None:
@@ -322,7 +263,7 @@ def _add_callback(trainer: Any, error: BaseException | None) -> None:
 def _train_begins(trainer: Any, args: Any, kwargs: Any) -> Any:
     """``train()``: a trainer built before the instrumentor gets its callback now; its loop
     has the training moments (the torch hooks open none while it runs)."""
-    if not _active[0] or _run_of(trainer, add=True) is None:
+    if not ACTIVE or _run_of(trainer, add=True) is None:
         return None
     training.hold(HF)
     return trainer
@@ -332,15 +273,8 @@ def _train_ends(trainer: Any, error: BaseException | None) -> None:
     """``train()`` returned, or raised: then what it opened ends with the error recorded."""
     training.release(HF)
     run = _run_of(trainer)
-    if error is None or run is None:
-        return
-    while run.evaluations:
-        training.end_pass(HF, run.evaluations.pop(), error)
-    training.end_epoch(HF, error)
-    training.end_step(HF, error)
-    train, run.train = run.train, None
-    if train is not None:
-        close_span(train, error)
+    if error is not None and run is not None:
+        run.end(error)
 
 
 class TransformersInstrumentor(FrameworkInstrumentor):
@@ -365,9 +299,9 @@ class TransformersInstrumentor(FrameworkInstrumentor):
                 _begin_pass("checkpoint", _checkpoint_attributes),
                 _end_pass,
             )
-        _active[0] = True
+        ACTIVE.on = True
 
     def remove(self) -> None:
-        _active[0] = False
+        ACTIVE.on = False
         if recorder.current is not None:
             guarded(_SITE)(training.end_epoch)(HF)
