@@ -41,6 +41,7 @@ import os
 from typing import Any
 
 from .. import training
+from ..callbacks import FrameworkRun, Switch
 from ..guard import guarded
 from ..scopes import close_span, current_span, marks_from, open_span
 from ..watch import register as watch_model
@@ -48,7 +49,7 @@ from . import FrameworkInstrumentor, flatten
 
 _SITE = "trainloop hook"
 TRAINLOOP = training.owner("trainloop")
-_active = [False]  # the instrumentor is on: hooks added to trainers earlier go quiet
+ACTIVE = Switch()  # the instrumentor is on: hooks added to trainers earlier go quiet
 _hook_class: list[Any] = [None]  # made on first use: it subclasses trainloop's BaseHook
 
 
@@ -92,19 +93,19 @@ def _make_hook_class() -> Any:
         """cirron's hook: reports the trainer's moments (see the module docstring)."""
 
         def on_before_train(self, trainer: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _before_train(trainer)
 
         def on_before_step(self, trainer: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _before_step(trainer)
 
         def on_after_step(self, trainer: Any) -> None:
-            if _active[0]:
+            if ACTIVE:
                 _after_step(trainer)
 
         def on_log_scalars(self, trainer: Any, records: Any, dry_run: bool = False) -> None:
-            if _active[0] and not dry_run and records:
+            if ACTIVE and not dry_run and records:
                 _log_scalars(trainer, records)
 
     return CirronHook
@@ -140,7 +141,7 @@ def _forwarding(callback: Any) -> Any:
     """A ``StatsHook`` callback that also gives cirron what it is handed."""
 
     def forward(trainer: Any, stats: Any) -> Any:
-        if _active[0]:
+        if ACTIVE:
             _stats(trainer, stats)
         return callback(trainer, stats)
 
@@ -166,34 +167,31 @@ def _add_hook(trainer: Any) -> None:
 
 
 # -- train(), and checkpoint saves: spans around trainloop methods ------------------------------
-def _train_begins(trainer: Any, args: Any, kwargs: Any) -> list[Any] | None:
-    if not _active[0]:
+def _train_begins(trainer: Any, args: Any, kwargs: Any) -> FrameworkRun | None:
+    if not ACTIVE:
         return None
-    training.take_over(TRAINLOOP)
-    training.hold(TRAINLOOP)  # its loop has the moments: the torch hooks open none meanwhile
-    attributes = {
-        "max_steps": int(trainer.max_steps),
-        "gradient_accumulation_steps": int(trainer.gradient_accumulation_steps),
-    }
-    return [open_span("train", attributes)]  # a list: something to end even when not recording
+    run = FrameworkRun(TRAINLOOP, _SITE)
+    run.begin(  # its loop has the moments: the torch hooks open none meanwhile
+        {
+            "max_steps": int(trainer.max_steps),
+            "gradient_accumulation_steps": int(trainer.gradient_accumulation_steps),
+        }
+    )
+    return run
 
 
-def _train_ends(token: list[Any], error: BaseException | None) -> None:
-    training.release(TRAINLOOP)
-    training.end_epoch(TRAINLOOP, error)  # with the step inside it
-    training.end_step(TRAINLOOP, error)  # a step opened inside an epoch of a higher owner
-    if token[0] is not None:
-        close_span(token[0], error)
+def _train_ends(run: FrameworkRun, error: BaseException | None) -> None:
+    run.end(error)  # its epoch (with the step inside), a step inside a higher owner's epoch
 
 
 def _before_train_begins(trainer: Any, args: Any, kwargs: Any) -> None:
-    if _active[0]:
+    if ACTIVE:
         _add_hook(trainer)  # the hooks are built by now; ours runs after the user's
 
 
 def _checkpoint_begins(hook: Any, args: Any, kwargs: Any) -> Any:
     trainer = args[0] if args else kwargs.get("trainer")
-    if not _active[0] or trainer is None:
+    if not ACTIVE or trainer is None:
         return None
     path = hook.path / str(trainer.step)
     if not path.is_absolute() and trainer.workspace is not None:
@@ -214,7 +212,7 @@ class TrainloopInstrumentor(FrameworkInstrumentor):
         self.wrap(BaseTrainer, "_before_train", _before_train_begins)
         if "_save_checkpoint" in CheckpointingHook.__dict__:
             self.wrap(CheckpointingHook, "_save_checkpoint", _checkpoint_begins, close_span)
-        _active[0] = True
+        ACTIVE.on = True
 
     def remove(self) -> None:
-        _active[0] = False
+        ACTIVE.on = False
