@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -103,9 +104,7 @@ def test_a_failing_instrumentor_is_counted_not_raised(fake_framework, tmp_path):
 # -- the registry is the one list of frameworks ----------------------------------------------
 def _pyproject() -> dict:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    from conftest import ROOT
-
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
 
 
 def _distribution(requirement: str) -> str:
