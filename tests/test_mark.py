@@ -143,7 +143,7 @@ def test_a_value_still_on_a_device_is_read_later_by_the_framework_reader(monkeyp
     """Where no GPU exists, a stand-in device reader: the value is filled in at read-back
     and before export, never read at the mark (the CUDA reader itself runs in test_gpu_time)."""
     torch = pytest.importorskip("torch")
-    import cirron.values
+    import cirron.otel.values
 
     asked = []
 
@@ -155,7 +155,7 @@ def test_a_value_still_on_a_device_is_read_later_by_the_framework_reader(monkeyp
         return resolve
 
     ci.profile(output="spool")
-    monkeypatch.setattr(cirron.values, "device_reader", [reader])
+    monkeypatch.setattr(cirron.otel.values, "device_reader", [reader])
     on_device = torch.empty(1, device="meta")  # a tensor whose values aren't on the host
     with ci.scope("s"):
         ci.mark("loss", on_device)

@@ -12,9 +12,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import cirron as ci
-from cirron.health import Health
-from cirron.processor import RingBufferSpanProcessor, SinkWorker
-from cirron.store import TraceStore
+from cirron.otel.health import Health
+from cirron.otel.processor import RingBufferSpanProcessor
+from cirron.otel.store import TraceStore
+from cirron.sinks import SinkWorker
 
 
 class Collecting(SpanExporter):

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import environment as env
 from . import registry
+from .otel import environment as env
 
 _log = logging.getLogger("cirron")
 

@@ -18,7 +18,7 @@ ask: its parent is the span around the call (the ``step``).
 
 **Off the training thread.** Under ``ci.profile()`` an ended hook span is
 only noted in the processor's queue; its flush thread builds the span
-(:meth:`cirron.processor.RingBufferSpanProcessor.build_noted`), and every
+(:meth:`cirron.otel.processor.RingBufferSpanProcessor.build_noted`), and every
 flush, ``ci.trace()``, ``ci.health()`` and shutdown builds what is left
 first. Without a flush thread (instrumentors on your own provider) it is
 built at once.
@@ -42,9 +42,9 @@ from opentelemetry.context.context import Context
 from opentelemetry.trace import set_span_in_context
 
 from . import recorder, training_state
-from .processor import NOTED_WAKE_AT
+from .otel.processor import NOTED_WAKE_AT
+from .otel.spans import SPAN_KEY, ScopeSpan, context_variable
 from .scopes import close_span, close_with_error, open_on
-from .spans import SPAN_KEY, ScopeSpan, context_variable
 
 _context_var = context_variable()
 _time_ns = time.time_ns

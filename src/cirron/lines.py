@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .otel.health import printable
+
 MARK_PREFIX = "mark."
-LINE_TEXT_LIMIT = 200  # characters of one name or value in a line; the rest is cut
 
 
 def format_duration(nanoseconds: int | None) -> str:
@@ -37,15 +38,6 @@ def format_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_value(item) for item in value) + "]"
     return printable(str(value))
-
-
-def printable(text: str, limit: int = LINE_TEXT_LIMIT) -> str:
-    """``text`` safe for one line: cut at ``limit`` characters, control characters escaped."""
-    if len(text) > limit:
-        text = text[:limit] + "..."
-    if text.isprintable():
-        return text
-    return text.encode("unicode_escape").decode("ascii")
 
 
 def is_point_mark(event: Any) -> bool:

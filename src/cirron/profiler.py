@@ -18,24 +18,23 @@ from . import (
     exporters,
     hook_spans,
     lifecycle,
-    provider,
     readback,
     recorder,
     registry,
     snapshot_jobs,
     snapshots,
-    spans,
     training,
 )
 from .config import Settings
 from .guard import call_guarded
-from .health import Health
-from .processor import RingBufferSpanProcessor
+from .otel import provider, spans
+from .otel.health import Health
+from .otel.processor import RingBufferSpanProcessor
+from .otel.spans import ScopeSpan
+from .otel.store import TraceStore
 from .recorder import Recorder
 from .scopes import close_with_error
 from .sinks import SinkWorker
-from .spans import ScopeSpan
-from .store import TraceStore
 
 _log = logging.getLogger("cirron")
 _lock = threading.RLock()

@@ -18,14 +18,14 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from . import ids, values
 from .config import Settings
-from .health import Health
-from .processor import RingBufferSpanProcessor
-from .spans import ScopeSpan, TracerState, lean_path_possible
-from .store import TraceStore
+from .otel import ids, values
+from .otel.health import Health
+from .otel.processor import RingBufferSpanProcessor
+from .otel.spans import ScopeSpan, TracerState, lean_path_possible
+from .otel.store import TraceStore
+from .otel.version import __version__
 from .training_state import TrainingState
-from .version import __version__
 
 TRACER_NAME = "cirron"
 SESSION_SPAN = "cirron.session"
@@ -92,7 +92,7 @@ def start_session(
 ) -> Recorder:
     """Open ``cirron.session``: a child of ``parent`` (``TRACEPARENT``), else a root.
 
-    ``run``: the run's virtual root (:func:`cirron.provider.run_root`): the
+    ``run``: the run's virtual root (:func:`cirron.otel.provider.run_root`): the
     session is a root of the run's trace.
     """
     tracer, lean = _tracer(provider, settings.max_events)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import environment as env
+from .otel import environment as env
 
 _log = logging.getLogger("cirron")
 

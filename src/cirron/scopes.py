@@ -28,9 +28,10 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from . import recorder, training_state, values
+from . import recorder, training_state
 from .config import MAX_SCOPE_DEPTH
-from .spans import SPAN_KEY, ScopeSpan, context_variable
+from .otel import values
+from .otel.spans import SPAN_KEY, ScopeSpan, context_variable
 
 # On the root span of a trace a long run split off: the span id of its parent in the run's tree.
 PARENT_ATTRIBUTE = "cirron.parent_span_id"

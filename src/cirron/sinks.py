@@ -28,38 +28,12 @@ from collections.abc import Callable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .health import Health
+from .otel.health import Health
+from .otel.processor import Delivery
 
 MAX_QUEUED_SPANS = 4096  # per sink: what a sink that can't keep up may hold in memory
 SINK_THREAD_PREFIX = "cirron-sink-"
 Journal = Callable[[Sequence[ReadableSpan]], None]
-
-
-class Delivery:
-    """One batch of ended spans as every sink gets it, and what became of it."""
-
-    __slots__ = ("spans", "_kept", "_waiting", "_health", "_lock")
-
-    def __init__(self, spans: Sequence[ReadableSpan], sinks: int, health: Health) -> None:
-        self.spans = spans
-        self._kept = len(spans)  # spans[:_kept] are not lost by any sink (yet)
-        self._waiting = sinks  # sinks not done with it
-        self._health = health
-        self._lock = threading.Lock()
-
-    def lost_from(self, index: int) -> None:
-        """A sink lost ``spans[index:]``: those not counted as lost yet now are."""
-        with self._lock:
-            if index < self._kept:
-                self._health.add("spans_dropped", self._kept - index)
-                self._kept = index
-
-    def done(self) -> None:
-        """A sink is done with the batch; after the last, what every sink kept is exported."""
-        with self._lock:
-            self._waiting -= 1
-            if self._waiting == 0:
-                self._health.add("spans_exported", self._kept)
 
 
 class SinkWorker:

@@ -28,7 +28,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from . import files, recorder
 from .config import Settings
-from .health import Health
+from .otel.health import Health
 
 _IDLE_SECONDS = 1.0
 # kind of tensor -> (file name, span attribute holding its path)

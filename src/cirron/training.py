@@ -59,8 +59,9 @@ import os
 import time
 from typing import Any
 
-from . import boundaries, hook_spans, ids, loop_frames, recorder, registry, training_state
-from .resource import run_id
+from . import boundaries, hook_spans, loop_frames, recorder, registry, training_state
+from .otel import ids
+from .otel.resource import run_id
 from .scopes import close_span, current_span, marks_from, open_on, open_root
 from .training_state import USER, Fetch, Moment, Owner, TrainingState
 

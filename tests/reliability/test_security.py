@@ -23,7 +23,7 @@ import pytest
 from faults import SCRIPTS, ErrorServer, assert_spool_intact, run_steady
 
 import cirron as ci
-from cirron.values import MAX_VALUE_LENGTH
+from cirron.otel.values import MAX_VALUE_LENGTH
 from support import run_python, run_script
 
 # -- files: the user's umask, never world-writable ---------------------------------------
@@ -31,7 +31,7 @@ from support import run_python, run_script
 UMASK_SCRIPT = r"""
 import json, os
 import cirron as ci
-from cirron.values import MAX_VALUE_LENGTH
+from cirron.otel.values import MAX_VALUE_LENGTH
 
 modes = {}
 for umask in (0o000, 0o002, 0o022, 0o077):
@@ -104,7 +104,7 @@ AUDIT_SCRIPT = r"""
 import json, sys
 import torch
 import cirron as ci
-from cirron.values import MAX_VALUE_LENGTH
+from cirron.otel.values import MAX_VALUE_LENGTH
 
 opened = []
 WATCHED = ("socket.__new__", "socket.connect", "socket.sendto", "socket.sendmsg",

@@ -18,7 +18,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from .. import environment as env
+from ..otel import environment as env
 from ..sinks import SINK_THREAD_PREFIX
 
 _log = logging.getLogger("cirron")

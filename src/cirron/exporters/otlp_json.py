@@ -21,7 +21,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from ..spans import UNSET_STATUS, MarkEvent, ScopeSpan
+from ..otel.spans import UNSET_STATUS, MarkEvent, ScopeSpan
 
 _NON_FINITE = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
 # OTLP enums count from SPAN_KIND_UNSPECIFIED = 0, the API's from INTERNAL = 0.

@@ -45,8 +45,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import recorder, training, training_state, values
+from .. import recorder, training, training_state
 from ..guard import guarded
+from ..otel import values
 from . import FrameworkInstrumentor, torch_data, torch_modules, torch_optim, torch_spans
 from .torch_spans import SITE, torch_module
 from .torch_steps import LOOP, TORCH

@@ -83,7 +83,7 @@ def run_ids(run_id: str) -> tuple[int, int]:
     """(trace id, span id) of the run ``run_id``: the same in every process of the run.
 
     The span id is the run's virtual root: a parent for sessions the SDK has
-    to start (see :func:`cirron.provider.run_root`); no span with it is ever
+    to start (see :func:`cirron.otel.provider.run_root`); no span with it is ever
     recorded.
     """
     digest = hashlib.sha256(f"cirron-run/{run_id}".encode()).digest()

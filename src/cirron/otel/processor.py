@@ -4,7 +4,7 @@
 blocks: the span goes into the in-memory store and into a ring buffer; when
 the ring is full the span is dropped and counted. A flush thread wakes every
 ``flush_interval`` (or early, when the ring is half full) and hands the batch
-to one :class:`~cirron.sinks.SinkWorker` per exporter. Each sink has its own
+to one sink per exporter (:class:`~cirron.sinks.SinkWorker`, behind :class:`Sink`). Each sink has its own
 thread and a bounded queue, so a slow or hung exporter (an OTLP endpoint that
 never answers) only ever delays itself, never the spool, the flush thread or
 training.
@@ -27,12 +27,11 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from .health import Health
-from .sinks import Delivery, SinkWorker
 from .spans import ScopeSpan
 from .store import TraceStore
 
@@ -43,6 +42,47 @@ NOTED_LIMIT = 65536  # noted hook spans past which the training thread builds th
 _live_processors: weakref.WeakSet[RingBufferSpanProcessor] = weakref.WeakSet()
 
 
+class Delivery:
+    """One batch of ended spans as every sink gets it, and what became of it."""
+
+    __slots__ = ("spans", "_kept", "_waiting", "_health", "_lock")
+
+    def __init__(self, spans: Sequence[ReadableSpan], sinks: int, health: Health) -> None:
+        self.spans = spans
+        self._kept = len(spans)  # spans[:_kept] are not lost by any sink (yet)
+        self._waiting = sinks  # sinks not done with it
+        self._health = health
+        self._lock = threading.Lock()
+
+    def lost_from(self, index: int) -> None:
+        """A sink lost ``spans[index:]``: those not counted as lost yet now are."""
+        with self._lock:
+            if index < self._kept:
+                self._health.add("spans_dropped", self._kept - index)
+                self._kept = index
+
+    def done(self) -> None:
+        """A sink is done with the batch; after the last, what every sink kept is exported."""
+        with self._lock:
+            self._waiting -= 1
+            if self._waiting == 0:
+                self._health.add("spans_exported", self._kept)
+
+
+class Sink(Protocol):
+    """What the processor needs of a sink (the exporters' ``SinkWorker``)."""
+
+    def submit(self, delivery: Delivery) -> None: ...
+
+    def count_lost_before_queue(self, spans: int) -> None: ...
+
+    def ensure_running(self) -> None: ...
+
+    def wait_idle(self, deadline: float) -> bool: ...
+
+    def stop(self, deadline: float) -> None: ...
+
+
 class RingBufferSpanProcessor(SpanProcessor):
     """Bounded, non-blocking span processor feeding the store and the sinks."""
 
@@ -50,7 +90,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         self,
         store: TraceStore,
         health: Health,
-        sinks: Sequence[SinkWorker],
+        sinks: Sequence[Sink],
         capacity: int,
         flush_interval: float,
         exit_timeout: float,

@@ -12,10 +12,18 @@ import logging
 import threading
 from typing import Any
 
-from .lines import printable
-
+LINE_TEXT_LIMIT = 200  # characters of one name or value in a line; the rest is cut
 _log = logging.getLogger("cirron")
 _ERROR_TEXT_LIMIT = 500  # characters of an error's text in a warning or last_export_error
+
+
+def printable(text: str, limit: int = LINE_TEXT_LIMIT) -> str:
+    """``text`` safe for one line: cut at ``limit`` characters, control characters escaped."""
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
 
 
 def _value(counter: itertools.count) -> int:

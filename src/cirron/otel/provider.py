@@ -91,7 +91,7 @@ def run_root() -> otel_context.Context | None:
     """The run's virtual root, when this process belongs to a run (a run id is set).
 
     Every process of the run derives the same trace id from the run id
-    (:func:`cirron.ids.run_ids`), so one trace holds every rank. cirron's own
+    (:func:`cirron.otel.ids.run_ids`), so one trace holds every rank. cirron's own
     sessions are roots of that trace; a session the SDK has to start (a
     custom sampler or id generator) gets this never-recorded span as its
     parent, the one way to give the SDK a trace id.
