@@ -12,10 +12,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import cirron as ci
+from cirron.exporters.sinks import SinkWorker
 from cirron.otel.health import Health
 from cirron.otel.processor import RingBufferSpanProcessor
 from cirron.otel.store import TraceStore
-from cirron.sinks import SinkWorker
 
 
 class Collecting(SpanExporter):
@@ -172,7 +172,7 @@ def test_spool_files_are_named_by_pid_and_sequence_and_never_half_written():
     umask = os.umask(0)
     os.umask(umask)
     mode = stat.S_IMODE(os.stat(f".cirron/spool/{files[0]}").st_mode)
-    assert mode == 0o664 & ~umask  # never writable by others (cirron.files)
+    assert mode == 0o664 & ~umask  # never writable by others (cirron.exporters.files)
     assert ci.health()["spool_bytes"] == sum(os.path.getsize(f".cirron/spool/{f}") for f in files)
 
 

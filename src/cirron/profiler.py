@@ -26,6 +26,7 @@ from . import (
     training,
 )
 from .config import Settings
+from .exporters.sinks import SinkWorker
 from .guard import call_guarded
 from .otel import provider, spans
 from .otel.health import Health
@@ -34,7 +35,6 @@ from .otel.spans import ScopeSpan
 from .otel.store import TraceStore
 from .recorder import Recorder
 from .scopes import close_with_error
-from .sinks import SinkWorker
 
 _log = logging.getLogger("cirron")
 _lock = threading.RLock()
@@ -88,7 +88,9 @@ class Profiler:
         )
         if sinks is None:  # e.g. the gRPC exporter failed to import: keep the local sinks
             sinks = exporters.build_sinks(output, settings.path, False, settings.spool_max_bytes)
-        self.workers = _sink_workers(sinks, settings, health)
+        self.workers = exporters.sink_workers(
+            sinks, settings.path, max(1, settings.buffer_size // 2), health
+        )
         processor = RingBufferSpanProcessor(
             store,
             health,
@@ -293,31 +295,6 @@ class Profiler:
             if span.is_recording():
                 span.set_status(status)
             span = span._parent_span
-
-
-def _sink_workers(sinks: dict[str, Any], settings: Settings, health: Health) -> list[SinkWorker]:
-    """A worker per sink. What the network sink loses is listed for a replay when it is spooled."""
-    workers = []
-    for name, exporter in sinks.items():
-        journal, recoverable = None, ""
-        if name == "otlp" and "spool" in sinks:
-            journal = exporters.UndeliveredJournal(settings.path, name)
-            recoverable = (
-                f"; they are in the spool, and their ids in {journal.directory}/ for a replay"
-            )
-        workers.append(
-            SinkWorker(
-                name,
-                exporter,
-                health,
-                max(1, settings.buffer_size // 2),
-                # Local sinks that are only behind a burst are waited for; the network never is.
-                wait_for_room=0.0 if name == "otlp" else 1.0,
-                journal=journal,
-                recoverable=recoverable,
-            )
-        )
-    return workers
 
 
 def _timeout(value: Any) -> float:

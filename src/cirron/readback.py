@@ -10,7 +10,7 @@ import html
 import json
 from typing import Any
 
-from . import lines
+from .exporters import lines
 from .recorder import Recorder
 
 FORMATS = ("text", "dict", "json", "df")

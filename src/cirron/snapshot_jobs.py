@@ -26,8 +26,9 @@ from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
-from . import files, recorder
+from . import recorder
 from .config import Settings
+from .exporters import files
 from .otel.health import Health
 
 _IDLE_SECONDS = 1.0

@@ -1,25 +1,39 @@
-"""Where spans go: the local sinks (``spool``, ``log``, ``stdout``) and OTLP.
+"""Where spans go: the local sinks (``spool``, ``log``, ``stdout``) and OTLP, each an exporter
+behind a sink worker of its own (``sinks``); the spool's files (``files``) and the one-line
+text form of a span (``lines``). :data:`OUTPUTS` says, per output name, which exporter it
+gets and how its worker treats it.
 
 Each exporter is a standard OpenTelemetry ``SpanExporter``, so they also work
 with a plain SDK ``BatchSpanProcessor``.
+
+May import: :mod:`cirron.otel`, :mod:`cirron.config` (the settings), and modules of this
+package.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from ..otel.health import Health
 from .console import LogExporter, StdoutExporter
 from .otlp import endpoint_configured, otlp_exporter
+from .sinks import SinkWorker
 from .spool import SpoolExporter, ZeroCodeSpoolExporter, read_spool, spool_files, spool_spans
 from .undelivered import UndeliveredJournal, undelivered_spans
 
 __all__ = [
+    "OUTPUTS",
     "LogExporter",
+    "Output",
     "SpoolExporter",
     "StdoutExporter",
     "UndeliveredJournal",
     "ZeroCodeSpoolExporter",
     "build_sinks",
+    "sink_workers",
     "sinks_of",
     "endpoint_configured",
     "otlp_exporter",
@@ -30,26 +44,69 @@ __all__ = [
 ]
 
 
-_SINK_CLASSES = {"spool": SpoolExporter, "log": LogExporter, "stdout": StdoutExporter}
+@dataclass(frozen=True)
+class Output:
+    """One place spans can go: the exporter it gets, and how its sink worker treats it."""
+
+    exporter: type[SpanExporter] | None  # None: built by the OTLP factory
+    build: Callable[[str, int | None], SpanExporter]  # (path, spool_max_bytes) -> exporter
+    # Seconds a full queue is waited for: local sinks only behind a burst are waited for, the
+    # network never is.
+    wait_for_room: float
+
+
+# Per output name (ci.profile(output=...), and "otlp" when an endpoint is configured).
+OUTPUTS: dict[str, Output] = {
+    "spool": Output(SpoolExporter, lambda path, cap: SpoolExporter(path, cap), 1.0),
+    "log": Output(LogExporter, lambda path, cap: LogExporter(), 1.0),
+    "stdout": Output(StdoutExporter, lambda path, cap: StdoutExporter(), 1.0),
+    "otlp": Output(None, lambda path, cap: otlp_exporter(), 0.0),
+}
 
 
 def sinks_of(exporters: list[SpanExporter]) -> set[str]:
     """The local sinks among ``exporters`` (a provider's, set up by the OTel configurator)."""
-    return {name for name, cls in _SINK_CLASSES.items() for e in exporters if isinstance(e, cls)}
+    return {
+        name
+        for name, output in OUTPUTS.items()
+        for exporter in exporters
+        if output.exporter is not None and isinstance(exporter, output.exporter)
+    }
 
 
 def build_sinks(
     output: tuple[str, ...], path: str, otlp: bool, spool_max_bytes: int | None = None
 ) -> dict[str, SpanExporter]:
     """Exporters by sink name, for validated ``output`` names (``none`` removed)."""
-    sinks: dict[str, SpanExporter] = {}
-    for name in output:
-        if name == "spool":
-            sinks[name] = SpoolExporter(path, spool_max_bytes)
-        elif name == "log":
-            sinks[name] = LogExporter()
-        elif name == "stdout":
-            sinks[name] = StdoutExporter()
+    names = [name for name in output if name in OUTPUTS and name != "otlp"]
+    sinks = {name: OUTPUTS[name].build(path, spool_max_bytes) for name in names}
     if otlp:
-        sinks["otlp"] = otlp_exporter()
+        sinks["otlp"] = OUTPUTS["otlp"].build(path, spool_max_bytes)
     return sinks
+
+
+def sink_workers(
+    sinks: dict[str, SpanExporter], path: str, max_queued: int, health: Health
+) -> list[SinkWorker]:
+    """A worker per sink. What the network sink loses is listed for a replay when it is
+    spooled (``path``: the spool's)."""
+    workers = []
+    for name, exporter in sinks.items():
+        journal, recoverable = None, ""
+        if name == "otlp" and "spool" in sinks:
+            journal = UndeliveredJournal(path, name)
+            recoverable = (
+                f"; they are in the spool, and their ids in {journal.directory}/ for a replay"
+            )
+        workers.append(
+            SinkWorker(
+                name,
+                exporter,
+                health,
+                max_queued,
+                wait_for_room=OUTPUTS[name].wait_for_room if name in OUTPUTS else 1.0,
+                journal=journal,
+                recoverable=recoverable,
+            )
+        )
+    return workers

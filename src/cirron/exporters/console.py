@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..lines import span_line
+from .lines import span_line
 
 PREFIX = "[cirron] "
 trace_logger = logging.getLogger("cirron.trace")

@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from ..otel import environment as env
-from ..sinks import SINK_THREAD_PREFIX
+from .sinks import SINK_THREAD_PREFIX
 
 _log = logging.getLogger("cirron")
 PROTOCOLS = ("http/protobuf", "grpc")

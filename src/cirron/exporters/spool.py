@@ -3,7 +3,7 @@
 Files are ``<path>/spool/<pid>-<sequence>.json``, each an
 ``ExportTraceServiceRequest`` in the standard OTLP JSON encoding, so any OTLP
 tool can read or replay them. A file is written under a temporary name and
-renamed into place, so a reader never sees half a file (see ``cirron.files``).
+renamed into place, so a reader never sees half a file (see ``cirron.exporters.files``).
 With ``spool_max_bytes`` set, a process writes at most that many bytes of
 spool files: the batch that would cross it is the first one not written.
 """
@@ -19,7 +19,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .. import config, files
+from .. import config
+from . import files
 from .otlp_json import encode_request
 
 

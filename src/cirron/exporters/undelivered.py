@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .. import files
+from . import files
 
 DIRECTORY = "undelivered"
 _LINE = re.compile(r"^([0-9a-f]{32}) ([0-9a-f]{16})$")

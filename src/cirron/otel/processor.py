@@ -4,7 +4,7 @@
 blocks: the span goes into the in-memory store and into a ring buffer; when
 the ring is full the span is dropped and counted. A flush thread wakes every
 ``flush_interval`` (or early, when the ring is half full) and hands the batch
-to one sink per exporter (:class:`~cirron.sinks.SinkWorker`, behind :class:`Sink`). Each sink has its own
+to one sink per exporter (:class:`~cirron.exporters.sinks.SinkWorker`, behind :class:`Sink`). Each sink has its own
 thread and a bounded queue, so a slow or hung exporter (an OTLP endpoint that
 never answers) only ever delays itself, never the spool, the flush thread or
 training.

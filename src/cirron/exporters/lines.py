@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .otel.health import printable
+from ..otel.health import printable
 
 MARK_PREFIX = "mark."
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .otel.health import Health
-from .otel.processor import Delivery
+from ..otel.health import Health
+from ..otel.processor import Delivery
 
 MAX_QUEUED_SPANS = 4096  # per sink: what a sink that can't keep up may hold in memory
 SINK_THREAD_PREFIX = "cirron-sink-"
