@@ -13,7 +13,7 @@ import itertools
 import pytest
 
 import cirron as ci
-from cirron.scopes import Scope
+from cirron.recording.scopes import Scope
 
 torch = pytest.importorskip("torch")
 

@@ -282,8 +282,8 @@ def test_a_span_ended_by_several_threads_at_once_is_exported_once():
     # reach the processor once. Threads switch as often as CPython allows.
     import sys
 
-    from cirron import recorder
-    from cirron.scopes import _start_span
+    from cirron.recording import recorder
+    from cirron.recording.scopes import _start_span
 
     ci.profile(output="none")
     rec = recorder.current

@@ -572,7 +572,7 @@ def test_a_failing_settle_hook_leaves_training_alone(monkeypatch, caplog):
 def test_a_loop_that_does_no_torch_work_opens_nothing_and_keeps_no_backlog():
     """Data statistics, or batches for a model of another library: no epoch, no step."""
     from cirron.instrumentors.torch_steps import MAX_WAITING
-    from cirron.training_state import pending_fetches
+    from cirron.recording.training_state import pending_fetches
 
     longest = 0
     for x, _y in DataLoader(SlowData(400, delay=0), batch_size=2):  # 200 batches

@@ -22,7 +22,7 @@ from .exporters.spool import read_spool, spool_spans
 from .loops import batches, epochs
 from .otel.version import __version__
 from .profiler import Profiler, flush, health, profile, shutdown, trace
-from .scopes import Scope, mark, scope
+from .recording.scopes import Scope, mark, scope
 from .watch import watch
 from .wrap import wrap
 

@@ -32,9 +32,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from . import training
-from .guard import report
-from .scopes import close_span, current_span, marks_from, open_span
-from .training_state import Moment, Owner
+from .recording.guard import report
+from .recording.scopes import close_span, current_span, marks_from, open_span
+from .recording.training_state import Moment, Owner
 
 F = TypeVar("F", bound=Callable[..., Any])
 

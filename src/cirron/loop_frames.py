@@ -27,6 +27,8 @@ import sys
 import threading
 from types import CodeType, FrameType
 
+from .recording.training_state import LoopPosition
+
 Ranges = tuple[tuple[int, int], ...]
 # skip -> id of a code object -> (that code, the (start, end) offsets of its loops; () for code
 # of the skipped packages). By id: hashing a code object hashes its bytecode and constants,
@@ -36,11 +38,6 @@ _lock = threading.Lock()
 MAX_DEPTH = 64  # frames walked outwards at most
 GENERATORS = "<generators>"  # in `skip`: pass over generator frames too
 _CO_GENERATOR = inspect.CO_GENERATOR
-
-# A loop of the user's code, running in one frame: (id of the frame, its code object, the
-# bytecode offsets of the loop's first instruction and of its backward jump). A plain tuple:
-# one is made per step.
-LoopPosition = tuple[int, CodeType, int, int]
 
 
 def _loops_of(frame: FrameType, skip: tuple[str, ...]) -> Ranges:

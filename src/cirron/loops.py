@@ -13,10 +13,11 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from . import recorder, training
-from .scopes import close_span, open_on
+from . import training
+from .recording import recorder
+from .recording.scopes import close_span, open_on
+from .recording.training_state import Moment
 from .training import USER
-from .training_state import Moment
 
 T = TypeVar("T")
 

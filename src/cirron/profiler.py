@@ -14,27 +14,18 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode, get_current_span
 
 from . import config as config_module
-from . import (
-    exporters,
-    hook_spans,
-    lifecycle,
-    readback,
-    recorder,
-    registry,
-    snapshot_jobs,
-    snapshots,
-    training,
-)
+from . import exporters, lifecycle, readback, registry, snapshot_jobs, snapshots, training
 from .config import Settings
 from .exporters.sinks import SinkWorker
-from .guard import call_guarded
 from .otel import provider, spans
 from .otel.health import Health
 from .otel.processor import RingBufferSpanProcessor
 from .otel.spans import ScopeSpan
 from .otel.store import TraceStore
-from .recorder import Recorder
-from .scopes import close_with_error
+from .recording import hook_spans, recorder
+from .recording.guard import call_guarded
+from .recording.recorder import Recorder
+from .recording.scopes import close_with_error
 
 _log = logging.getLogger("cirron")
 _lock = threading.RLock()

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from .exporters import lines
-from .recorder import Recorder
+from .recording.recorder import Recorder
 
 FORMATS = ("text", "dict", "json", "df")
 DF_COLUMNS = [
@@ -100,7 +100,7 @@ def _node(span: Any) -> dict[str, Any]:
         "index": attributes.get("index"),
         "span_id": _hex(span.context.span_id),
         # A long run's later epochs begin traces of their own: their parent in the tree
-        # is named by an attribute (see cirron.scopes.open_root).
+        # is named by an attribute (see cirron.recording.scopes.open_root).
         "parent_id": (
             _hex(span.parent.span_id)
             if span.parent is not None

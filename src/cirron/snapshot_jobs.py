@@ -26,10 +26,10 @@ from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
-from . import recorder
 from .config import Settings
 from .exporters import files
 from .otel.health import Health
+from .recording import recorder
 
 _IDLE_SECONDS = 1.0
 # kind of tensor -> (file name, span attribute holding its path)

@@ -44,9 +44,10 @@ from typing import Any, Protocol
 
 from opentelemetry import trace as trace_api
 
-from . import boundaries, recorder, registry, snapshot_jobs, snapshot_pacing
+from . import boundaries, registry, snapshot_jobs, snapshot_pacing
 from .otel import spans
 from .otel.spans import ScopeSpan
+from .recording import recorder
 from .snapshot_records import TensorRecord
 
 

@@ -59,11 +59,12 @@ import os
 import time
 from typing import Any
 
-from . import boundaries, hook_spans, loop_frames, recorder, registry, training_state
+from . import boundaries, loop_frames, registry
 from .otel import ids
 from .otel.resource import run_id
-from .scopes import close_span, current_span, marks_from, open_on, open_root
-from .training_state import USER, Fetch, Moment, Owner, TrainingState
+from .recording import hook_spans, recorder, training_state
+from .recording.scopes import close_span, current_span, marks_from, open_on, open_root
+from .recording.training_state import USER, Fetch, Moment, Owner, TrainingState
 
 _time_ns = time.time_ns
 _pending = training_state.pending_fetches  # mutated in place, never rebound

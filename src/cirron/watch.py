@@ -14,7 +14,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from . import recorder, snapshots
+from . import snapshots
+from .recording import recorder
 
 
 def watch(model: Any, name: str | None = None) -> None:

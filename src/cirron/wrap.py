@@ -24,7 +24,7 @@ import functools
 import threading
 from typing import Any
 
-from .scopes import scope
+from .recording.scopes import scope
 
 TRACED_METHODS = (
     "fit",

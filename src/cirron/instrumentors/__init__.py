@@ -21,8 +21,9 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
-from .. import recorder, registry
-from ..guard import guarded
+from .. import registry
+from ..recording import recorder
+from ..recording.guard import guarded
 
 
 def around(

@@ -43,8 +43,8 @@ from typing import Any
 
 from .. import training
 from ..callbacks import FrameworkRun, Switch
-from ..guard import guarded
-from ..scopes import close_span, open_span
+from ..recording.guard import guarded
+from ..recording.scopes import close_span, open_span
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import recorder, training, training_state
-from ..guard import guarded
+from .. import training
 from ..otel import values
+from ..recording import recorder, training_state
+from ..recording.guard import guarded
 from . import FrameworkInstrumentor, torch_data, torch_modules, torch_optim, torch_spans
 from .torch_spans import SITE, torch_module
 from .torch_steps import LOOP, TORCH

@@ -15,7 +15,7 @@ import types
 from typing import Any
 
 from .. import loops
-from ..guard import guarded, report
+from ..recording.guard import guarded, report
 from .torch_modules import any_seen_model_training, seen_models
 from .torch_spans import SITE, torch_module
 from .torch_steps import EXHAUSTED, LOOP, LoaderPass

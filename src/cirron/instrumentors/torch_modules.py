@@ -10,9 +10,9 @@ import threading
 import weakref
 from typing import Any
 
-from .. import hook_spans
-from ..guard import guarded
-from ..hook_spans import HookSpan
+from ..recording import hook_spans
+from ..recording.guard import guarded
+from ..recording.hook_spans import HookSpan
 from .torch_spans import SITE, close_guarded, open_hook, torch_module
 from .torch_steps import LOOP
 

@@ -10,9 +10,10 @@ import sys
 import time
 from typing import Any
 
-from .. import hook_spans, training
-from ..guard import guarded
-from ..hook_spans import HookSpan
+from .. import training
+from ..recording import hook_spans
+from ..recording.guard import guarded
+from ..recording.hook_spans import HookSpan
 from .torch_spans import SITE, open_hook
 from .torch_steps import LOOP, TORCH
 

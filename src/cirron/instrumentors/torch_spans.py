@@ -2,7 +2,7 @@
 
 Shared by the torch hooks (:mod:`.torch_modules`, :mod:`.torch_optim`,
 :mod:`.torch_data`). Hook code runs behind the core guard
-(:func:`cirron.guard.guarded`) at each hook's entry points; the helpers it
+(:func:`cirron.recording.guard.guarded`) at each hook's entry points; the helpers it
 calls are plain functions. The user's call a hook wraps (the forward, the
 backward) runs outside the guard, so its exceptions reach the user unchanged.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .. import hook_spans
-from ..guard import guarded
-from ..hook_spans import HookSpan
+from ..recording import hook_spans
+from ..recording.guard import guarded
+from ..recording.hook_spans import HookSpan
 
 SITE = "torch hook"  # how ci.health() names the torch hooks' failures
 CUDA: list[Any] = [None]  # torch.cuda once attached: its _initialized flag says CUDA is in use
@@ -26,7 +26,7 @@ def torch_module() -> Any:
 
 
 def open_hook(name: str, attributes: dict[str, Any]) -> HookSpan | None:
-    """Note the start of a hook span (built when it ends: :mod:`cirron.hook_spans`).
+    """Note the start of a hook span (built when it ends: :mod:`cirron.recording.hook_spans`).
 
     When CUDA is in use the span gets ``gpu_ns`` from a CUDA event pair,
     recorded on the current stream and read by the flush thread later

@@ -8,7 +8,7 @@ training moments of :mod:`cirron.training`, as the ``torch`` owner. Whether a
 ``ci.epochs``/``ci.batches`` or a framework's loop the torch owner yields.
 
 **The work decides, not the loader.** A fetched batch waits (a
-:class:`cirron.training_state.Fetch`) until the program does something with
+:class:`cirron.recording.training_state.Fetch`) until the program does something with
 it: training work (a forward in train mode with gradients, a backward, an
 optimizer step) makes its loader pass a training pass, and the batch the
 first fetch of a step; a forward in eval mode or without gradients makes the
@@ -48,8 +48,9 @@ import time
 import weakref
 from typing import Any
 
-from .. import loop_frames, recorder, training, training_state
-from ..training_state import Fetch
+from .. import loop_frames, training
+from ..recording import recorder, training_state
+from ..recording.training_state import Fetch
 
 TORCH = training.owner("torch")
 # Frames that are not the user's loop: torch's own, cirron's hooks, and the wrappers of

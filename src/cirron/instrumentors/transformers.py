@@ -47,9 +47,10 @@ import sys
 import time
 from typing import Any
 
-from .. import recorder, training
+from .. import training
 from ..callbacks import FrameworkRun, Switch
-from ..guard import guarded
+from ..recording import recorder
+from ..recording.guard import guarded
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 

@@ -9,7 +9,7 @@ thread and a bounded queue, so a slow or hung exporter (an OTLP endpoint that
 never answers) only ever delays itself, never the spool, the flush thread or
 training.
 
-Hook spans noted as timestamps (:mod:`cirron.hook_spans`) wait in
+Hook spans noted as timestamps (:mod:`cirron.recording.hook_spans`) wait in
 :attr:`RingBufferSpanProcessor.noted` and are built by the flush thread
 (:meth:`~RingBufferSpanProcessor.build_noted`), off the training thread; every
 drain (a flush, ``ci.trace()``, shutdown, a signal) builds them first.

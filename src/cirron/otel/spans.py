@@ -202,7 +202,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
     ) -> ScopeSpan:
         """A child of ``parent`` that already ended, handed to the processors at once.
 
-        For hook spans noted as timestamps (:mod:`cirron.hook_spans`): the same
+        For hook spans noted as timestamps (:mod:`cirron.recording.hook_spans`): the same
         span ``__init__`` then ``end()`` would make, for half the calls.
         ``deferred``: an attribute known only later (see :meth:`defer_attribute`).
         """

@@ -10,9 +10,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
-from .loop_frames import LoopPosition
+# A loop of the user's code, running in one frame (cirron.loop_frames): (id of the frame, its
+# code object, the bytecode offsets of the loop's first instruction and of its backward jump).
+# A plain tuple: one is made per step.
+LoopPosition = tuple[int, CodeType, int, int]
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +119,7 @@ enclosing: set[Any] = set()
 # pass of a plain loop: (its span, the loop that repeats its batches), to check at the next mark
 # or scope whether the program has left that loop; [None, None] when there is nothing to check.
 completed: list[Any] = [None, None]
-# Hook spans noted but not built yet (cirron.hook_spans), any thread: a scope or mark has the
+# Hook spans noted but not built yet (cirron.recording.hook_spans), any thread: a scope or mark has the
 # ones of its thread built first. Mutated in place, never rebound; empty between hook calls.
 open_hook_spans: list[Any] = []
 # Batch fetches whose step is not known yet (see Fetch). Here, not on the TrainingState, so that
@@ -132,7 +136,7 @@ def nothing(*_args: Any) -> None:
 
 @dataclass
 class Hooks:
-    """What the scope code calls into :mod:`cirron.training` and :mod:`cirron.hook_spans` for
+    """What the scope code calls into :mod:`cirron.training` and :mod:`cirron.recording.hook_spans` for
     (each set when its module is imported)."""
 
     enclosing_end: Callable[[Any], None] = nothing  # a span in `enclosing` is ending

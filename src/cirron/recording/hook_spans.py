@@ -11,7 +11,7 @@ only once it is over (a DataLoader fetch) uses :func:`record`.
 
 **Built on demand.** A ``ci.scope``, ``ci.mark`` or any span of cirron's
 opened inside the call, on the same thread, finds the lazy span in
-:data:`cirron.training_state.open_hook_spans` and has it built and made
+:data:`cirron.recording.training_state.open_hook_spans` and has it built and made
 current first (:func:`build_here`), so it lands inside, as it always did. A
 span of another OpenTelemetry instrumentation started inside the call does not
 ask: its parent is the span around the call (the ``step``).
@@ -41,9 +41,9 @@ from typing import Any
 from opentelemetry.context.context import Context
 from opentelemetry.trace import set_span_in_context
 
+from ..otel.processor import NOTED_WAKE_AT
+from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
 from . import recorder, training_state
-from .otel.processor import NOTED_WAKE_AT
-from .otel.spans import SPAN_KEY, ScopeSpan, context_variable
 from .scopes import close_span, close_with_error, open_on
 
 _context_var = context_variable()

@@ -28,10 +28,10 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
+from ..config import MAX_SCOPE_DEPTH
+from ..otel import values
+from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
 from . import recorder, training_state
-from .config import MAX_SCOPE_DEPTH
-from .otel import values
-from .otel.spans import SPAN_KEY, ScopeSpan, context_variable
 
 # On the root span of a trace a long run split off: the span id of its parent in the run's tree.
 PARENT_ATTRIBUTE = "cirron.parent_span_id"
@@ -42,7 +42,7 @@ _time_ns = time.time_ns
 _enclosing = training_state.enclosing  # spans an epoch or step opened inside (mutated in place)
 _completed = training_state.completed  # [span of a completed step whose loop may be left, loop]
 _hooks = training_state.hooks
-_open_hook_spans = training_state.open_hook_spans  # noted hook spans (cirron.hook_spans)
+_open_hook_spans = training_state.open_hook_spans  # noted hook spans (cirron.recording.hook_spans)
 _pending_fetches = training_state.pending_fetches  # batch fetches whose step is not known yet
 
 

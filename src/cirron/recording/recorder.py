@@ -18,13 +18,13 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from .config import Settings
-from .otel import ids, values
-from .otel.health import Health
-from .otel.processor import RingBufferSpanProcessor
-from .otel.spans import ScopeSpan, TracerState, lean_path_possible
-from .otel.store import TraceStore
-from .otel.version import __version__
+from ..config import Settings
+from ..otel import ids, values
+from ..otel.health import Health
+from ..otel.processor import RingBufferSpanProcessor
+from ..otel.spans import ScopeSpan, TracerState, lean_path_possible
+from ..otel.store import TraceStore
+from ..otel.version import __version__
 from .training_state import TrainingState
 
 TRACER_NAME = "cirron"
