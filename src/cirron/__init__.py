@@ -19,10 +19,10 @@ OTLP/JSON and to any OTLP endpoint set in ``OTEL_EXPORTER_OTLP_ENDPOINT``.
 from __future__ import annotations
 
 from .exporters.spool import read_spool, spool_spans
-from .loops import batches, epochs
 from .otel.version import __version__
 from .profiler import Profiler, flush, health, profile, shutdown, trace
 from .recording.scopes import Scope, mark, scope
+from .training.loops import batches, epochs
 from .watch import watch
 from .wrap import wrap
 

@@ -1,6 +1,6 @@
 """Weight and gradient snapshots at epoch boundaries (framework-neutral).
 
-Right before an ``epoch`` span ends (see :mod:`cirron.boundaries`), every
+Right before an ``epoch`` span ends (see :mod:`cirron.training.boundaries`), every
 watched model gets one ``snapshot`` span: a child of that epoch that also
 carries a link to it, with one event per tensor (named after the parameter,
 ``kind`` = ``weight`` or ``gradient``) holding its ``dtype``, ``shape``,
@@ -44,11 +44,12 @@ from typing import Any, Protocol
 
 from opentelemetry import trace as trace_api
 
-from . import boundaries, registry, snapshot_jobs, snapshot_pacing
+from . import registry, snapshot_jobs, snapshot_pacing
 from .otel import spans
 from .otel.spans import ScopeSpan
 from .recording import recorder
 from .snapshot_records import TensorRecord
+from .training import boundaries
 
 
 class Capture(Protocol):

@@ -42,9 +42,9 @@ import sys
 from typing import Any
 
 from .. import training
-from ..callbacks import FrameworkRun, Switch
 from ..recording import recorder
 from ..recording.guard import guarded
+from ..training.callbacks import FrameworkRun, Switch
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 

@@ -14,8 +14,8 @@ import time
 import types
 from typing import Any
 
-from .. import loops
 from ..recording.guard import guarded, report
+from ..training import loops
 from .torch_modules import any_seen_model_training, seen_models
 from .torch_spans import SITE, torch_module
 from .torch_steps import EXHAUSTED, LOOP, LoaderPass

@@ -24,7 +24,7 @@ evaluation never opens an epoch or a step.
   whose optimizer moment has passed stays open for the marks that follow;
   it ends when the next fetch begins, when evaluation begins, or when the
   program leaves the loop that repeats the steps (the core checks at the
-  next mark or scope: see :mod:`cirron.loop_frames`). Without any loader,
+  next mark or scope: see :mod:`cirron.training.loop_frames`). Without any loader,
   a step opens at the first training work after the previous one's optimizer
   moment (or backward, in a loop with no optimizer).
 - **An epoch** is one pass of the training loop over its loader(s): loaders
@@ -48,9 +48,10 @@ import time
 import weakref
 from typing import Any
 
-from .. import loop_frames, training
+from .. import training
 from ..recording import recorder, training_state
 from ..recording.training_state import Fetch
+from ..training import loop_frames
 
 TORCH = training.owner("torch")
 # Frames that are not the user's loop: torch's own, cirron's hooks, and the wrappers of

@@ -41,9 +41,9 @@ import os
 from typing import Any
 
 from .. import training
-from ..callbacks import FrameworkRun, Switch
 from ..recording.guard import guarded
 from ..recording.scopes import close_span, current_span, marks_from, open_span
+from ..training.callbacks import FrameworkRun, Switch
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor, flatten
 

@@ -48,9 +48,9 @@ import time
 from typing import Any
 
 from .. import training
-from ..callbacks import FrameworkRun, Switch
 from ..recording import recorder
 from ..recording.guard import guarded
+from ..training.callbacks import FrameworkRun, Switch
 from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
 
-# A loop of the user's code, running in one frame (cirron.loop_frames): (id of the frame, its
+# A loop of the user's code, running in one frame (cirron.training.loop_frames): (id of the frame, its
 # code object, the bytecode offsets of the loop's first instruction and of its backward jump).
 # A plain tuple: one is made per step.
 LoopPosition = tuple[int, CodeType, int, int]

@@ -31,10 +31,10 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from . import training
-from .recording.guard import report
-from .recording.scopes import close_span, current_span, marks_from, open_span
-from .recording.training_state import Moment, Owner
+from .. import training
+from ..recording.guard import report
+from ..recording.scopes import close_span, current_span, marks_from, open_span
+from ..recording.training_state import Moment, Owner
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -27,7 +27,7 @@ import sys
 import threading
 from types import CodeType, FrameType
 
-from .recording.training_state import LoopPosition
+from ..recording.training_state import LoopPosition
 
 Ranges = tuple[tuple[int, int], ...]
 # skip -> id of a code object -> (that code, the (start, end) offsets of its loops; () for code

@@ -13,11 +13,10 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from . import training
-from .recording import recorder
-from .recording.scopes import close_span, open_on
-from .recording.training_state import Moment
-from .training import USER
+from .. import training
+from ..recording import recorder
+from ..recording.scopes import close_span, open_on
+from ..recording.training_state import USER, Moment
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .recording.guard import call_guarded
+from ..recording.guard import call_guarded
 
 EpochCallback = Callable[[Any], None]
 

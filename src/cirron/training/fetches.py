@@ -1,0 +1,57 @@
+"""Batch fetches that wait for the step they feed (see :class:`cirron.recording.training_state.Fetch`),
+and their ``data_load`` spans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..recording import hook_spans, recorder, training_state
+from ..recording.scopes import current_span
+from ..recording.training_state import Fetch
+
+_pending = training_state.pending_fetches  # mutated in place, never rebound
+
+
+def take_fetches() -> list[Fetch]:
+    """The batch fetches still waiting for their step (they wait no more)."""
+    if not _pending:
+        return []
+    count = len(_pending)  # a fetch another thread adds meanwhile stays for the next taker
+    fetches = _pending[:count]
+    del _pending[:count]
+    return fetches
+
+
+def fed(fetches: list[Fetch]) -> list[Fetch]:
+    """``fetches`` without those from an iterator the program dropped before fetching on
+    from another (a peek: ``next(iter(loader))``); those are recorded where the program was."""
+    if len(fetches) < 2:  # a batch, fetched and used: a peek that is trained on is a step
+        return fetches
+    last = fetches[-1].source
+    dropped = [f for f in fetches if f.source is not last and f.abandoned]
+    if not dropped:
+        return fetches
+    record_fetches(dropped)
+    return [f for f in fetches if f not in dropped]
+
+
+def record_fetches(fetches: list[Fetch], parent: Any = None) -> None:
+    """Each fetch as a ``data_load`` span under ``parent`` (None: where the program was when
+    it began, the innermost open span that had begun by then).
+
+    None under a step that ``step_sampling`` keeps without its hook spans.
+    """
+    here = current_span() if parent is None else parent
+    current = (recorder.current or recorder.active()).training
+    if not current.detail and current.step is not None and current.step.opened[0] is here:
+        return
+    for fetch in fetches:
+        under = here if parent is not None else _open_at(here, fetch.start_ns)
+        hook_spans.record_on(under, "data_load", {}, fetch.start_ns, fetch.end_ns, fetch.error)
+
+
+def _open_at(span: Any, time_ns: int) -> Any:
+    """``span``, or the first of its ancestors that had begun at ``time_ns``."""
+    while span is not None and (span.start_time or 0) > time_ns:
+        span = getattr(span, "_parent_span", None)
+    return span
