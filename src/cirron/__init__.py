@@ -22,8 +22,8 @@ from .exporters.spool import read_spool, spool_spans
 from .otel.version import __version__
 from .profiler import Profiler, flush, health, profile, shutdown, trace
 from .recording.scopes import Scope, mark, scope
+from .snapshots.watch import watch
 from .training.loops import batches, epochs
-from .watch import watch
 from .wrap import wrap
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode, get_current_span
 
 from . import config as config_module
-from . import exporters, lifecycle, readback, registry, snapshot_jobs, snapshots, training
+from . import exporters, lifecycle, readback, registry, training
 from .config import Settings
 from .exporters.sinks import SinkWorker
 from .otel import provider, spans
@@ -26,6 +26,8 @@ from .recording import hook_spans, recorder
 from .recording.guard import call_guarded
 from .recording.recorder import Recorder
 from .recording.scopes import close_with_error
+from .snapshots import capture as snapshots
+from .snapshots import jobs as snapshot_jobs
 
 _log = logging.getLogger("cirron")
 _lock = threading.RLock()

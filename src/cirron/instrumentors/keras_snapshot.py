@@ -1,4 +1,4 @@
-"""Snapshots of Keras models: the adapter behind :mod:`cirron.snapshots` for Keras layers.
+"""Snapshots of Keras models: the adapter behind :mod:`cirron.snapshots.capture` for Keras layers.
 
 A Keras model (or any layer) found by the Keras callback, or given to
 ``ci.watch``, is snapshotted variable by variable (``model.weights``: the
@@ -28,7 +28,7 @@ import math
 import sys
 from typing import Any
 
-from ..snapshot_records import HISTOGRAM_BINS, TensorRecord, empty_summary
+from ..snapshots.records import HISTOGRAM_BINS, TensorRecord, empty_summary
 
 _FLAVORS = ("keras", "tf_keras")  # Keras 3 (or 2) as `keras`, Keras 2 as `tf_keras`
 
@@ -51,7 +51,7 @@ def _layer_classes() -> tuple[type, ...]:
 
 # -- statistics (the snapshot thread) ------------------------------------------------------
 def summarise(array: Any) -> list[float]:
-    """The summary of ``array`` (see :mod:`cirron.snapshot_records`), computed with NumPy."""
+    """The summary of ``array`` (see :mod:`cirron.snapshots.capture.records`), computed with NumPy."""
     np = _numpy()
     x = np.asarray(array).reshape(-1)
     if np.iscomplexobj(x):

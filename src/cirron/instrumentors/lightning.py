@@ -44,8 +44,8 @@ from typing import Any
 from .. import training
 from ..recording.guard import guarded
 from ..recording.scopes import close_span, open_span
+from ..snapshots.watch import register as watch_model
 from ..training.callbacks import FrameworkRun, Switch
-from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 
 _SITE = "lightning hook"

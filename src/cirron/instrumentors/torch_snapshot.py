@@ -1,4 +1,4 @@
-"""Snapshots of torch models: the ``nn.Module`` adapter behind :mod:`cirron.snapshots`.
+"""Snapshots of torch models: the ``nn.Module`` adapter behind :mod:`cirron.snapshots.capture`.
 
 What the training thread does at a boundary, and nothing more:
 
@@ -30,7 +30,7 @@ import threading
 import weakref
 from typing import Any
 
-from ..snapshot_records import HISTOGRAM_BINS, TensorRecord, empty_summary
+from ..snapshots.records import HISTOGRAM_BINS, TensorRecord, empty_summary
 from .torch_modules import unwrap
 
 _KEEP_FREE = 2  # staging buffers kept per model and dtype

@@ -43,8 +43,8 @@ from typing import Any
 from .. import training
 from ..recording.guard import guarded
 from ..recording.scopes import close_span, current_span, marks_from, open_span
+from ..snapshots.watch import register as watch_model
 from ..training.callbacks import FrameworkRun, Switch
-from ..watch import register as watch_model
 from . import FrameworkInstrumentor, flatten
 
 _SITE = "trainloop hook"

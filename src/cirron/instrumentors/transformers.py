@@ -50,8 +50,8 @@ from typing import Any
 from .. import training
 from ..recording import recorder
 from ..recording.guard import guarded
+from ..snapshots.watch import register as watch_model
 from ..training.callbacks import FrameworkRun, Switch
-from ..watch import register as watch_model
 from . import FrameworkInstrumentor
 
 _SITE = "transformers hook"

@@ -12,13 +12,7 @@ from ..recording import recorder, training_state
 from ..recording.scopes import current_span, marks_from, open_on, open_root
 from ..recording.training_state import Fetch, Moment, Owner, TrainingState
 from . import boundaries, loop_frames
-from .closing import (
-    close_epoch,
-    close_evaluation,
-    close_fallback_epoch,
-    close_step,
-    end_before,
-)
+from .closing import close_epoch, close_evaluation, close_fallback_epoch, close_step, end_before
 from .fetches import fed, record_fetches, take_fetches
 from .owners import state, yields
 

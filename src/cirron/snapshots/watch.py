@@ -14,8 +14,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from . import snapshots
-from .recording import recorder
+from ..recording import recorder
+from . import capture as snapshots
 
 
 def watch(model: Any, name: str | None = None) -> None:

@@ -14,7 +14,7 @@ The work is split where the values could change:
   step: the model's adapter copies the tensors into a reused staging buffer
   (CPU), or enqueues the reductions and copies on the device's own stream
   (GPU, nothing waits for them).
-- **On the snapshot thread** (:mod:`cirron.snapshot_jobs`): the statistics,
+- **On the snapshot thread** (:mod:`cirron.snapshots.capture.jobs`): the statistics,
   the raw-tensor files and the span's events; then the span ends.
 
 Modes (``ci.profile(snapshots=...)``): ``stats`` (the default) records the
@@ -30,7 +30,7 @@ written only under ``ci.profile()``.
 Adapters (one per framework, named in its registry entry and loaded only
 once that framework is imported) turn a model into a :class:`Capture`. A
 framework hook gets its models snapshotted by registering them
-(:func:`cirron.watch.register`) and reporting its epochs to
+(:func:`cirron.snapshots.watch.register`) and reporting its epochs to
 :mod:`cirron.training`, which runs the boundary.
 """
 
@@ -44,12 +44,14 @@ from typing import Any, Protocol
 
 from opentelemetry import trace as trace_api
 
-from . import registry, snapshot_jobs, snapshot_pacing
-from .otel import spans
-from .otel.spans import ScopeSpan
-from .recording import recorder
-from .snapshot_records import TensorRecord
-from .training import boundaries
+from .. import registry
+from ..otel import spans
+from ..otel.spans import ScopeSpan
+from ..recording import recorder
+from ..training import boundaries
+from . import jobs as snapshot_jobs
+from . import pacing as snapshot_pacing
+from .records import TensorRecord
 
 
 class Capture(Protocol):
@@ -64,7 +66,7 @@ class Capture(Protocol):
         """
 
     def records(self) -> list[TensorRecord]:
-        """One record per tensor, names unique; see :mod:`cirron.snapshot_records`."""
+        """One record per tensor, names unique; see :mod:`cirron.snapshots.capture.records`."""
 
     def release(self) -> None:
         """Give the copies back (always called, last)."""

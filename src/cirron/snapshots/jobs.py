@@ -8,7 +8,7 @@ so a reader never sees half of one; a file that can't be written (full disk,
 unwritable directory, no ``safetensors``) is lost with one warning and a count
 in ``ci.health()["snapshot_files_lost"]``, and the statistics still go out.
 
-A model has at most one job in flight (:mod:`cirron.snapshot_pacing` decides
+A model has at most one job in flight (:mod:`cirron.snapshots.capture.pacing` decides
 what a boundary does while it is), so the queue never holds more jobs than
 there are watched models.
 """
@@ -26,10 +26,10 @@ from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
-from .config import Settings
-from .exporters import files
-from .otel.health import Health
-from .recording import recorder
+from ..config import Settings
+from ..exporters import files
+from ..otel.health import Health
+from ..recording import recorder
 
 _IDLE_SECONDS = 1.0
 # kind of tensor -> (file name, span attribute holding its path)
@@ -42,7 +42,7 @@ FILES = {
 @dataclass
 class Job:
     span: Any
-    capture: Any  # a cirron.snapshots.Capture
+    capture: Any  # a cirron.snapshots.capture.Capture
     health: Health
     taken_ns: int  # the boundary: every event is stamped with it
     directory: str | None  # where raw tensors go; None: stats only

@@ -35,7 +35,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import snapshot_jobs
+from . import jobs as snapshot_jobs
 
 # Seconds a boundary may hold the training thread: snapshot mode -> budget (raw: files written).
 HOLD_BUDGET = {"stats": 0.05, "sampled": 0.2, "full": 30.0}
