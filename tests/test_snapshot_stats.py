@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cirron.snapshots.capture.records import event_attributes  # noqa: E402
+from cirron.snapshots.records import event_attributes  # noqa: E402
 
 from cirron.instrumentors.torch_snapshot import device_summary, summarise_copy  # noqa: E402
 

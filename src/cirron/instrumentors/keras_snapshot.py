@@ -51,7 +51,7 @@ def _layer_classes() -> tuple[type, ...]:
 
 # -- statistics (the snapshot thread) ------------------------------------------------------
 def summarise(array: Any) -> list[float]:
-    """The summary of ``array`` (see :mod:`cirron.snapshots.capture.records`), computed with NumPy."""
+    """The summary of ``array`` (see :mod:`cirron.snapshots.records`), computed with NumPy."""
     np = _numpy()
     x = np.asarray(array).reshape(-1)
     if np.iscomplexobj(x):

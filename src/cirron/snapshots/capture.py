@@ -14,7 +14,7 @@ The work is split where the values could change:
   step: the model's adapter copies the tensors into a reused staging buffer
   (CPU), or enqueues the reductions and copies on the device's own stream
   (GPU, nothing waits for them).
-- **On the snapshot thread** (:mod:`cirron.snapshots.capture.jobs`): the statistics,
+- **On the snapshot thread** (:mod:`cirron.snapshots.jobs`): the statistics,
   the raw-tensor files and the span's events; then the span ends.
 
 Modes (``ci.profile(snapshots=...)``): ``stats`` (the default) records the
@@ -66,7 +66,7 @@ class Capture(Protocol):
         """
 
     def records(self) -> list[TensorRecord]:
-        """One record per tensor, names unique; see :mod:`cirron.snapshots.capture.records`."""
+        """One record per tensor, names unique; see :mod:`cirron.snapshots.records`."""
 
     def release(self) -> None:
         """Give the copies back (always called, last)."""

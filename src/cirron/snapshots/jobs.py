@@ -8,7 +8,7 @@ so a reader never sees half of one; a file that can't be written (full disk,
 unwritable directory, no ``safetensors``) is lost with one warning and a count
 in ``ci.health()["snapshot_files_lost"]``, and the statistics still go out.
 
-A model has at most one job in flight (:mod:`cirron.snapshots.capture.pacing` decides
+A model has at most one job in flight (:mod:`cirron.snapshots.pacing` decides
 what a boundary does while it is), so the queue never holds more jobs than
 there are watched models.
 """
