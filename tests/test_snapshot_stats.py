@@ -16,9 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cirron.snapshots.records import event_attributes  # noqa: E402
-
 from cirron.instrumentors.torch_snapshot import device_summary, summarise_copy  # noqa: E402
+from cirron.snapshots.records import event_attributes  # noqa: E402
 
 SEED = secrets.randbits(32)
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int8]

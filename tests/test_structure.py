@@ -114,3 +114,54 @@ def test_opentelemetry_private_names_are_reached_from_one_module(name):
         if alias.name.startswith("_")
     ]
     assert private_imports == []
+
+
+# -- the packages and their one direction ------------------------------------------------------
+# Lowest first: a module may import its own package's modules and those of a package ranked
+# below its own, never above (README "Architecture"). The top-level modules other than
+# config and registry are the face: they assemble everything, and nothing imports them.
+RANKS = {
+    "cirron.otel": 0,  # OpenTelemetry plumbing
+    "cirron.registry": 1,  # framework facts
+    "cirron.config": 2,  # the settings
+    "cirron.exporters": 3,  # sinks and the spool's format
+    "cirron.recording": 4,  # the hot path
+    "cirron.training": 5,  # training moments
+    "cirron.offline": 5,  # reading a trace after the fact
+    "cirron.snapshots": 6,
+    "cirron.instrumentors": 7,
+    "face": 8,  # cirron, profiler, lifecycle, zero_code, wrap, __main__
+}
+FACE = {"cirron", "cirron.__main__", "cirron.profiler", "cirron.lifecycle", "cirron.zero_code",
+        "cirron.wrap"}  # fmt: skip
+
+
+def unit(name: str) -> str:
+    """The package (or top-level module) ``name`` belongs to, as RANKS names it."""
+    if name in FACE:
+        return "face"
+    parts = name.split(".")
+    return ".".join(parts[:2])
+
+
+def test_every_module_belongs_to_a_ranked_package():
+    assert {name: unit(name) for name in MODULES if unit(name) not in RANKS} == {}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_imports_from_a_package_above_its_own(name):
+    own = unit(name)
+    upward = sorted(
+        target
+        for target in internal_graph()[name]
+        if unit(target) != own and RANKS[unit(target)] >= RANKS[own]
+    )
+    assert upward == [], f"{name} ({own}) imports from a package at or above its own: {upward}"
+
+
+@pytest.mark.parametrize(
+    "package", sorted(p for p in RANKS if p.count(".") == 1 and (SRC / p.split(".")[1]).is_dir())
+)
+def test_each_package_says_what_it_holds_and_what_it_may_import(package):
+    doc = ast.get_docstring(ast.parse((SRC / package.split(".")[1] / "__init__.py").read_text()))
+    assert doc and "May import" in doc, package

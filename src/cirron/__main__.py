@@ -1,7 +1,7 @@
-"""``python -m cirron``: the ``cirron`` command (see :mod:`cirron.cli`)."""
+"""``python -m cirron``: the ``cirron`` command (see :mod:`cirron.offline.cli`)."""
 
 import sys
 
-from .cli import main
+from .offline.cli import main
 
 sys.exit(main())

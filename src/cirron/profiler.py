@@ -14,9 +14,10 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode, get_current_span
 
 from . import config as config_module
-from . import exporters, lifecycle, readback, registry, training
+from . import exporters, lifecycle, registry, training
 from .config import Settings
 from .exporters.sinks import SinkWorker
+from .offline import readback
 from .otel import provider, spans
 from .otel.health import Health
 from .otel.processor import RingBufferSpanProcessor

@@ -9,6 +9,10 @@ the user's program.
 user's own provider it records there; it attaches the moment the program
 imports the framework (never importing it itself); it patches all or
 nothing; ``uninstrument()`` puts every patched attribute back exactly.
+
+May import: every package below it (:mod:`cirron.otel`, :mod:`cirron.recording`,
+:mod:`cirron.training`, :mod:`cirron.snapshots`, ...), its own framework (only once the
+program has imported it), and modules of this package; never another framework's adapter.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
     cirron show [PATH] --diagnose
 
 ``show`` prints the runs of a spool directory (default ``./.cirron``) as
-``ci.trace()`` does, through the same read-back (:mod:`cirron.readback`):
+``ci.trace()`` does, through the same read-back (:mod:`cirron.offline.readback`):
 one tree per process. ``export --format chrome`` writes Chrome Trace Event
 JSON (Perfetto, ``chrome://tracing``). ``export`` replays the spool to an OTLP backend with
 the official exporter, file by file in bounded batches; the files delivered
@@ -28,9 +28,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..exporters import spool_files
+from ..exporters.otlp_json import decode_request
 from . import readback
-from .exporters import spool_files
-from .exporters.otlp_json import decode_request
 
 _BATCH = 512  # spans per OTLP request when replaying
 

@@ -10,8 +10,8 @@ import html
 import json
 from typing import Any
 
-from .exporters import lines
-from .recording.recorder import Recorder
+from ..exporters import lines
+from ..recording.recorder import Recorder
 
 FORMATS = ("text", "dict", "json", "df")
 DF_COLUMNS = [
