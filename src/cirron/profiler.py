@@ -18,7 +18,7 @@ from . import exporters, lifecycle, registry, training
 from .config import Settings
 from .exporters.sinks import SinkWorker
 from .offline import readback
-from .otel import provider, spans
+from .otel import provider, semconv, spans
 from .otel.health import Health
 from .otel.processor import RingBufferSpanProcessor
 from .otel.spans import ScopeSpan
@@ -140,7 +140,7 @@ class Profiler:
         self.instrumentors[name] = instrumentor
         session = self.recorder.session
         if session is not None and session.is_recording():
-            session.set_attribute("framework", list(self.instrumentors))
+            session.set_attribute(semconv.FRAMEWORK, list(self.instrumentors))
 
     # -- handle ---------------------------------------------------------------
     def health(self) -> dict[str, Any]:

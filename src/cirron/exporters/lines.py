@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..otel import semconv
 from ..otel.health import printable
 
-MARK_PREFIX = "mark."
+MARK_PREFIX = semconv.MARK_PREFIX
 
 
 def format_duration(nanoseconds: int | None) -> str:
@@ -42,13 +43,13 @@ def format_value(value: Any) -> str:
 
 def is_point_mark(event: Any) -> bool:
     """A point mark is an event with a ``value`` (other events: snapshot tensors, exceptions)."""
-    return "value" in (event.attributes or {})
+    return semconv.MARK_VALUE in (event.attributes or {})
 
 
 def point_marks(span: Any) -> list[tuple[str, Any, int]]:
     """``(name, value, time_ns)`` of each point mark."""
     return [
-        (event.name, event.attributes["value"], event.timestamp)
+        (event.name, event.attributes[semconv.MARK_VALUE], event.timestamp)
         for event in span.events
         if is_point_mark(event)
     ]
@@ -75,8 +76,8 @@ def mark_values(span: Any) -> dict[str, Any]:
 def span_line(span: Any) -> str:
     attributes = span.attributes or {}
     text = printable(span.name)
-    if "index" in attributes:
-        text += f"[{format_value(attributes['index'])}]"
+    if semconv.INDEX in attributes:
+        text += f"[{format_value(attributes[semconv.INDEX])}]"
     end = span.end_time
     text += " - " + format_duration(end - span.start_time if end is not None else None)
     marks = mark_values(span)

@@ -42,6 +42,7 @@ import sys
 from typing import Any
 
 from .. import training
+from ..otel import semconv
 from ..recording import recorder
 from ..recording.guard import guarded
 from ..snapshots.watch import register as watch_model
@@ -99,7 +100,7 @@ def _make_callback_class(base: Any) -> Any:
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             if ACTIVE:
-                self.run.begin_step(int(batch), name="batch")
+                self.run.begin_step(int(batch), name=semconv.BATCH)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             if ACTIVE:
@@ -107,7 +108,7 @@ def _make_callback_class(base: Any) -> Any:
 
         def on_test_begin(self, logs: Any = None) -> None:
             if ACTIVE:  # inside any fit(): a validation pass of its epoch
-                self.run.begin_pass("evaluate", during_training=bool(_fitting))
+                self.run.begin_pass(semconv.EVALUATE, during_training=bool(_fitting))
 
         def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
             if ACTIVE:
@@ -119,7 +120,7 @@ def _make_callback_class(base: Any) -> Any:
 
         def on_predict_begin(self, logs: Any = None) -> None:
             if ACTIVE:
-                self.run.begin_pass("predict")
+                self.run.begin_pass(semconv.PREDICT)
 
         def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
             if ACTIVE:

@@ -28,6 +28,7 @@ import math
 import sys
 from typing import Any
 
+from ..otel import semconv
 from ..snapshots.records import HISTOGRAM_BINS, TensorRecord, empty_summary
 
 _FLAVORS = ("keras", "tf_keras")  # Keras 3 (or 2) as `keras`, Keras 2 as `tf_keras`
@@ -126,10 +127,10 @@ class KerasCapture:
         for variable in weights:
             name = _unique(_name(variable), taken)
             trainable = bool(getattr(variable, "trainable", True))
-            self._tensors.append((name, "weight", trainable, _copy(variable)))
+            self._tensors.append((name, semconv.KIND_WEIGHT, trainable, _copy(variable)))
             gradient = _gradient(variable)
             if gradient is not None:
-                gradients.append((name, "gradient", None, _copy(gradient)))
+                gradients.append((name, semconv.KIND_GRADIENT, None, _copy(gradient)))
         self._tensors += gradients
         self.tensor_count = len(self._tensors)
 

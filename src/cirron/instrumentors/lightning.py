@@ -42,6 +42,7 @@ import sys
 from typing import Any
 
 from .. import training
+from ..otel import semconv
 from ..recording.guard import guarded
 from ..recording.scopes import close_span, open_span
 from ..snapshots.watch import register as watch_model
@@ -67,8 +68,8 @@ def _fit_start(run: LightningRun, trainer: Any, module: Any) -> None:
     run.begin()
     run.describe(
         {
-            "max_epochs": int(trainer.max_epochs or -1),
-            "accumulate_grad_batches": int(trainer.accumulate_grad_batches),
+            semconv.MAX_EPOCHS: int(trainer.max_epochs or -1),
+            semconv.ACCUMULATE_GRAD_BATCHES: int(trainer.accumulate_grad_batches),
         }
     )
     if module is not None:
@@ -97,8 +98,8 @@ def _batch_end(run: LightningRun, trainer: Any) -> None:
 
 @guarded(_SITE)
 def _pass_start(run: LightningRun, trainer: Any, name: str) -> None:
-    sanity = run.training and name == "evaluate" and bool(trainer.sanity_checking)
-    run.begin_pass(name, {"sanity_check": True} if sanity else {})
+    sanity = run.training and name == semconv.EVALUATE and bool(trainer.sanity_checking)
+    run.begin_pass(name, {semconv.SANITY_CHECK: True} if sanity else {})
 
 
 @guarded(_SITE)
@@ -109,7 +110,7 @@ def _logged(trainer: Any, metrics: Any) -> None:
     if run is None or not metrics:
         return
     if run.passes:
-        validation = run.passes[-1].opened[0].name == "validate"
+        validation = run.passes[-1].opened[0].name == semconv.VALIDATE
         run.mark_pass(metrics, on_epoch=validation and not trainer.sanity_checking)
         return
     run.logged(metrics)
@@ -145,15 +146,15 @@ def _make_callback_class(base: Any) -> Any:
 
         def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
             if ACTIVE:
-                _pass_start(self.run, trainer, "evaluate")
+                _pass_start(self.run, trainer, semconv.EVALUATE)
 
         def on_test_start(self, trainer: Any, pl_module: Any) -> None:
             if ACTIVE:
-                _pass_start(self.run, trainer, "test")
+                _pass_start(self.run, trainer, semconv.TEST)
 
         def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
             if ACTIVE:
-                _pass_start(self.run, trainer, "predict")
+                _pass_start(self.run, trainer, semconv.PREDICT)
 
         def on_validation_batch_end(self, trainer: Any, pl_module: Any, *args: Any) -> None:
             if ACTIVE:
@@ -227,7 +228,7 @@ def _checkpoint_begins(trainer: Any, args: Any, kwargs: Any) -> Any:
     filepath = args[0] if args else kwargs.get("filepath")
     if not ACTIVE or filepath is None:
         return None
-    return open_span("checkpoint", {"path": os.path.abspath(os.fspath(filepath))})
+    return open_span(semconv.CHECKPOINT, {semconv.PATH: os.path.abspath(os.fspath(filepath))})
 
 
 def _logs(connector: Any, args: Any, kwargs: Any) -> None:

@@ -10,6 +10,7 @@ import threading
 import weakref
 from typing import Any
 
+from ..otel import semconv
 from ..recording import hook_spans
 from ..recording.guard import guarded
 from ..recording.hook_spans import HookSpan
@@ -83,20 +84,20 @@ def any_seen_model_training() -> bool:
 def _open_forward(module: Any) -> HookSpan | None:
     """The ``forward`` span of an outermost call, after telling the loop what work it is."""
     entry = seen_models.get(id(module)) or _remember(module)
-    attributes: dict[str, Any] = {"mode": "train", "module": entry[1]}
+    attributes: dict[str, Any] = {semconv.MODE: semconv.MODE_TRAIN, semconv.MODULE: entry[1]}
     if entry[2] is not None:
-        attributes["wrapper"] = entry[2]
+        attributes[semconv.WRAPPER] = entry[2]
     if backward_running[0]:  # inside a backward: activation checkpointing recomputes a block
         if backward_running[1] != _thread_id():
             return None  # on autograd's own thread: nothing of ours to nest it in
-        attributes["recompute"] = True
-        return open_hook("forward", attributes)
+        attributes[semconv.RECOMPUTE] = True
+        return open_hook(semconv.FORWARD, attributes)
     if module.training and grad_enabled[0]():
         LOOP.training_work()
     else:
-        attributes["mode"] = "eval"
+        attributes[semconv.MODE] = semconv.MODE_EVAL
         LOOP.evaluation_work(sys._getframe(1))
-    return open_hook("forward", attributes)
+    return open_hook(semconv.FORWARD, attributes)
 
 
 def _control_flow(error: BaseException) -> bool:
@@ -185,7 +186,7 @@ def make_train(original: Any) -> Any:
 @guarded(SITE)
 def _open_backward() -> HookSpan | None:
     LOOP.training_work()
-    return open_hook("backward", {})
+    return open_hook(semconv.BACKWARD, {})
 
 
 @guarded(SITE)

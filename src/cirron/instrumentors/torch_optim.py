@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from .. import training
+from ..otel import semconv
 from ..recording import hook_spans
 from ..recording.guard import guarded
 from ..recording.hook_spans import HookSpan
@@ -29,7 +30,7 @@ def before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> Any:
     if stale is not None:  # the previous step() raised outside a closure, and was caught
         hook_spans.end(stale, RuntimeError("optimizer.step() raised"))
     LOOP.optimizer_stepping()
-    entered = open_hook("optimizer_step", {"optimizer": type(optimizer).__name__})
+    entered = open_hook(semconv.OPTIMIZER_STEP, {semconv.OPTIMIZER: type(optimizer).__name__})
     if entered is None:
         return None
     optimizer_spans[id(optimizer)] = entered
@@ -100,17 +101,17 @@ def _scaler_ends(token: tuple[int, int], scaler: Any, optimizer: Any) -> None:
     if LOOP.optimizer_steps != steps_before:
         return  # it stepped: the optimizer hooks saw it
     scale = getattr(scaler, "_scale", None)
-    attributes: dict[str, Any] = {"skipped": True}
+    attributes: dict[str, Any] = {semconv.SKIPPED: True}
     if scale is not None:
         # Read once per skipped step only, after GradScaler read found_inf itself
         # (so the device has nothing of ours to wait for).
-        attributes["loss_scale"] = float(scale.item() if hasattr(scale, "item") else scale)
+        attributes[semconv.LOSS_SCALE] = float(scale.item() if hasattr(scale, "item") else scale)
     LOOP.skipped_step(attributes, sys._getframe(1))
     step = training.step_of(TORCH)
     hook_spans.record_on(
         step.opened[0] if step is not None else None,
-        "optimizer_step",
-        {"optimizer": type(optimizer).__name__, "skipped": True},
+        semconv.OPTIMIZER_STEP,
+        {semconv.OPTIMIZER: type(optimizer).__name__, semconv.SKIPPED: True},
         started,
         time.time_ns(),
     )

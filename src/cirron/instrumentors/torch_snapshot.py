@@ -30,6 +30,7 @@ import threading
 import weakref
 from typing import Any
 
+from ..otel import semconv
 from ..snapshots.records import HISTOGRAM_BINS, TensorRecord, empty_summary
 from .torch_modules import unwrap
 
@@ -164,9 +165,9 @@ def _tensors(model: Any) -> list[tuple[str, str, Any, bool]]:
     """(parameter name, weight/gradient, tensor, trainable) in ``named_parameters()`` order."""
     found = []
     for name, parameter in model.named_parameters():
-        found.append((name, "weight", parameter.detach(), parameter.requires_grad))
+        found.append((name, semconv.KIND_WEIGHT, parameter.detach(), parameter.requires_grad))
         if parameter.grad is not None:
-            found.append((name, "gradient", parameter.grad.detach(), True))
+            found.append((name, semconv.KIND_GRADIENT, parameter.grad.detach(), True))
     return found
 
 
@@ -241,7 +242,7 @@ class TorchCapture:
                 kind,
                 dtype_name(t.dtype),
                 tuple(t.shape),
-                trainable if kind == "weight" else None,
+                trainable if kind == semconv.KIND_WEIGHT else None,
             )
             for name, kind, t, trainable in tensors
         ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..otel import semconv
 from ..recording import hook_spans
 from ..recording.guard import guarded
 from ..recording.hook_spans import HookSpan
@@ -55,7 +56,7 @@ def _gpu_timer() -> Any:
 
     def stop() -> tuple[str, Any]:
         end = _recorded_event()
-        return "gpu_ns", lambda final: _elapsed_ns(start, end, final)
+        return semconv.GPU_NS, lambda final: _elapsed_ns(start, end, final)
 
     return stop
 

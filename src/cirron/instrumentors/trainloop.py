@@ -41,6 +41,7 @@ import os
 from typing import Any
 
 from .. import training
+from ..otel import semconv
 from ..recording.guard import guarded
 from ..recording.scopes import close_span, current_span, marks_from, open_span
 from ..snapshots.watch import register as watch_model
@@ -72,8 +73,8 @@ def _after_step(trainer: Any) -> None:
     retries = int((getattr(trainer, "step_info", None) or {}).get("non_finite_grad_retries", 0))
     if step is not None and retries:
         span = step.opened[0]
-        span.add_event("non_finite_grad_retry", {"retries": retries})
-        span.set_attribute("non_finite_grad_retries", retries)
+        span.add_event(semconv.NON_FINITE_GRAD_RETRY, {semconv.RETRIES: retries})
+        span.set_attribute(semconv.NON_FINITE_GRAD_RETRIES, retries)
     training.complete_step(TRAINLOOP)  # open for what is logged until the next step
 
 
@@ -173,8 +174,8 @@ def _train_begins(trainer: Any, args: Any, kwargs: Any) -> FrameworkRun | None:
     run = FrameworkRun(TRAINLOOP, _SITE)
     run.begin(  # its loop has the moments: the torch hooks open none meanwhile
         {
-            "max_steps": int(trainer.max_steps),
-            "gradient_accumulation_steps": int(trainer.gradient_accumulation_steps),
+            semconv.MAX_STEPS: int(trainer.max_steps),
+            semconv.GRADIENT_ACCUMULATION_STEPS: int(trainer.gradient_accumulation_steps),
         }
     )
     return run
@@ -196,7 +197,7 @@ def _checkpoint_begins(hook: Any, args: Any, kwargs: Any) -> Any:
     path = hook.path / str(trainer.step)
     if not path.is_absolute() and trainer.workspace is not None:
         path = trainer.workspace / path
-    return open_span("checkpoint", {"path": os.path.abspath(path)})
+    return open_span(semconv.CHECKPOINT, {semconv.PATH: os.path.abspath(path)})
 
 
 class TrainloopInstrumentor(FrameworkInstrumentor):

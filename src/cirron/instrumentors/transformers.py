@@ -48,6 +48,7 @@ import time
 from typing import Any
 
 from .. import training
+from ..otel import semconv
 from ..recording import recorder
 from ..recording.guard import guarded
 from ..snapshots.watch import register as watch_model
@@ -77,9 +78,9 @@ def _train_begin(run: TrainerRun, args: Any, state: Any, model: Any) -> None:
     if not isinstance(epochs, int) or not 0 < epochs < sys.maxsize:
         epochs = args.num_train_epochs
     attributes = {
-        "num_train_epochs": float(epochs),
-        "max_steps": int(state.max_steps or 0),
-        "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
+        semconv.NUM_TRAIN_EPOCHS: float(epochs),
+        semconv.MAX_STEPS: int(state.max_steps or 0),
+        semconv.GRADIENT_ACCUMULATION_STEPS: int(args.gradient_accumulation_steps),
     }
     run.begin(attributes, hold=False)  # (train() holds the levels, from before this moment)
     if model is not None:
@@ -231,7 +232,7 @@ def _end_pass(run: TrainerRun, error: BaseException | None) -> None:
 
 def _pass_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     prefix = kwargs.get("metric_key_prefix")
-    return {"metric_key_prefix": prefix} if isinstance(prefix, str) else {}
+    return {semconv.METRIC_KEY_PREFIX: prefix} if isinstance(prefix, str) else {}
 
 
 def _checkpoint_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -239,7 +240,9 @@ def _checkpoint_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> d
 
     trial = args[1] if len(args) > 1 else kwargs.get("trial")
     folder = f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
-    return {"path": os.path.abspath(os.path.join(trainer._get_output_dir(trial=trial), folder))}
+    return {
+        semconv.PATH: os.path.abspath(os.path.join(trainer._get_output_dir(trial=trial), folder))
+    }
 
 
 def _fetch_begins(trainer: Any, args: Any, kwargs: Any) -> None:
@@ -297,7 +300,7 @@ class TransformersInstrumentor(FrameworkInstrumentor):
             self.wrap(
                 Trainer,
                 "_save_checkpoint",
-                _begin_pass("checkpoint", _checkpoint_attributes),
+                _begin_pass(semconv.CHECKPOINT, _checkpoint_attributes),
                 _end_pass,
             )
         ACTIVE.on = True

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..exporters import spool_files
 from ..exporters.otlp_json import decode_request
+from ..otel import semconv
 from . import readback
 
 _BATCH = 512  # spans per OTLP request when replaying
@@ -86,7 +87,7 @@ def show(arguments: argparse.Namespace) -> int:
             print(finding.text)
         return 0
     if arguments.rank is not None:
-        spans = [s for s in spans if s.resource.attributes.get("cirron.rank") == arguments.rank]
+        spans = [s for s in spans if s.resource.attributes.get(semconv.RANK) == arguments.rank]
     fmt = {"text": "text", "json": "json", "df-csv": "df"}[arguments.format]
     result = readback.render_spans(spans, fmt, arguments.name, arguments.last)
     if fmt == "df":
@@ -139,29 +140,29 @@ def chrome_events(spans: list[Any]) -> list[dict[str, Any]]:
     processes: dict[int, str] = {}
     for span in spans:
         resource = span.resource.attributes
-        pid = int(resource.get("process.pid", 0))
-        rank = resource.get("cirron.rank")
+        pid = int(resource.get(semconv.PROCESS_PID, 0))
+        rank = resource.get(semconv.RANK)
         processes[pid] = (
             f"rank {rank} (pid {pid})"
             if rank is not None
-            else f"{resource.get('service.name', 'python')} (pid {pid})"
+            else f"{resource.get(semconv.SERVICE_NAME, 'python')} (pid {pid})"
         )
         start = span.start_time / 1000
         end = span.end_time if span.end_time is not None else span.start_time
         attributes = {k: _plain(v) for k, v in (span.attributes or {}).items()}
-        if span.name == "snapshot":
+        if span.name == semconv.SNAPSHOT:
             events.append(
-                {"name": "snapshot", "ph": "i", "s": "p", "ts": start, "pid": pid, "tid": 0,
+                {"name": semconv.SNAPSHOT, "ph": "i", "s": "p", "ts": start, "pid": pid, "tid": 0,
                  "args": attributes}
             )  # fmt: skip
             continue
         events.append(
-            {"name": span.name + (f"[{attributes['index']}]" if "index" in attributes else ""),
+            {"name": span.name + (f"[{attributes[semconv.INDEX]}]" if semconv.INDEX in attributes else ""),
              "cat": span.name, "ph": "X", "ts": start, "dur": (end - span.start_time) / 1000,
              "pid": pid, "tid": 0, "args": attributes}
         )  # fmt: skip
         for event in span.events:
-            value = (event.attributes or {}).get("value")
+            value = (event.attributes or {}).get(semconv.MARK_VALUE)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 events.append(
                     {"name": event.name, "ph": "C", "ts": event.timestamp / 1000, "pid": pid,

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from ..exporters import lines
+from ..otel import semconv
 from ..recording.recorder import Recorder
 
 FORMATS = ("text", "dict", "json", "df")
@@ -97,14 +98,14 @@ def _node(span: Any) -> dict[str, Any]:
     end = span.end_time
     return {
         "name": span.name,
-        "index": attributes.get("index"),
+        "index": attributes.get(semconv.INDEX),
         "span_id": _hex(span.context.span_id),
         # A long run's later epochs begin traces of their own: their parent in the tree
         # is named by an attribute (see cirron.recording.scopes.open_root).
         "parent_id": (
             _hex(span.parent.span_id)
             if span.parent is not None
-            else attributes.get("cirron.parent_span_id")
+            else attributes.get(semconv.PARENT_SPAN_ID)
         ),
         "start_ns": span.start_time,
         "end_ns": end,
@@ -207,7 +208,7 @@ class _NodeView:
 class _Event:
     def __init__(self, mark: dict[str, Any]) -> None:
         self.name = mark["name"]
-        self.attributes = {"value": mark["value"]}
+        self.attributes = {semconv.MARK_VALUE: mark["value"]}
         self.timestamp = mark["time_ns"]
 
 

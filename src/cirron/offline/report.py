@@ -29,15 +29,17 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ..otel import semconv
+
 MAX_POINTS = 2000
 SLOW_FACTOR = 3.0  # a step slower than this many times the median is listed
 INPUT_BOUND = 0.2  # this share of step time waiting for data or more: input-bound
-PARTS = ("data_load", "forward", "backward", "optimizer_step")
+PARTS = semconv.STEP_PARTS
 COLORS = {  # one color per part in every rank's bars
-    "data_load": "#636efa",
-    "forward": "#ef553b",
-    "backward": "#00cc96",
-    "optimizer_step": "#ab63fa",
+    semconv.DATA_LOAD: "#636efa",
+    semconv.FORWARD: "#ef553b",
+    semconv.BACKWARD: "#00cc96",
+    semconv.OPTIMIZER_STEP: "#ab63fa",
     "other": "#ffa15a",
 }
 
@@ -51,8 +53,8 @@ class Finding:
 # -- reading the spans --------------------------------------------------------------------------
 def _rank(span: Any) -> str:
     attributes = span.resource.attributes
-    rank = attributes.get("cirron.rank")
-    return f"rank {rank}" if rank is not None else f"pid {attributes.get('process.pid', '?')}"
+    rank = attributes.get(semconv.RANK)
+    return f"rank {rank}" if rank is not None else f"pid {attributes.get(semconv.PROCESS_PID, '?')}"
 
 
 def _duration(span: Any) -> float | None:
@@ -76,7 +78,9 @@ class Run:
     def steps(self, rank: str) -> list[Any]:
         """The rank's steps (``step`` spans, else ``batch`` spans) in start order."""
         mine = [s for s in self.spans if _rank(s) == rank and s.end_time is not None]
-        steps = [s for s in mine if s.name == "step"] or [s for s in mine if s.name == "batch"]
+        steps = [s for s in mine if s.name == semconv.STEP] or [
+            s for s in mine if s.name == semconv.BATCH
+        ]
         return sorted(steps, key=lambda s: s.start_time)
 
     def epoch_of(self, span: Any) -> Any:
@@ -85,7 +89,7 @@ class Run:
             above = self.by_id.get(parent.span_id)
             if above is None:
                 return None
-            if above.name == "epoch":
+            if above.name == semconv.EPOCH:
                 return above
             parent = above.parent
         return None
@@ -94,9 +98,9 @@ class Run:
         """(epoch index or None, snapshot span) of every snapshot, in start order."""
         found = []
         for span in sorted(self.spans, key=lambda s: s.start_time):
-            if span.name == "snapshot":
+            if span.name == semconv.SNAPSHOT:
                 epoch = self.epoch_of(span)
-                found.append(((epoch.attributes or {}).get("index") if epoch else None, span))
+                found.append(((epoch.attributes or {}).get(semconv.INDEX) if epoch else None, span))
         return found
 
     def waiting(self, step: Any) -> float:
@@ -104,9 +108,9 @@ class Run:
         total = sum(
             _duration(c) or 0.0
             for c in self.children[step.context.span_id]
-            if c.name == "data_load"
+            if c.name == semconv.DATA_LOAD
         )
-        ns = (step.attributes or {}).get("data_load_ns")  # ci.batches over a DataLoader
+        ns = (step.attributes or {}).get(semconv.DATA_LOAD_NS)  # ci.batches over a DataLoader
         return total + (ns / 1e6 if isinstance(ns, int) else 0.0)
 
 
@@ -146,7 +150,7 @@ def diagnose(spans: list[Any]) -> list[Finding]:
             )
         )
         slow = [
-            (s.attributes or {}).get("index", i)
+            (s.attributes or {}).get(semconv.INDEX, i)
             for i, (s, t) in enumerate(zip(steps, times, strict=True))
             if t > SLOW_FACTOR * medians[rank]
         ]
@@ -180,7 +184,7 @@ def diagnose(spans: list[Any]) -> list[Finding]:
                 "norms",
             )
         )
-    elif any(s.name == "snapshot" for s in spans):
+    elif any(s.name == semconv.SNAPSHOT for s in spans):
         findings.append(Finding("No snapshot holds NaN or Inf values.", "norms"))
     return findings
 
@@ -190,7 +194,7 @@ def _first_non_finite(run: Run) -> tuple[Any, str, str] | None:
     for index, span in run.snapshots():
         for event in span.events:
             attributes = event.attributes or {}
-            if attributes.get("nan_count", 0) or attributes.get("inf_count", 0):
+            if attributes.get(semconv.NAN_COUNT, 0) or attributes.get(semconv.INF_COUNT, 0):
                 found.append((index if index is not None else -1, event.name, _rank(span)))
                 break
     return min(found, key=lambda f: f[0]) if found else None
@@ -209,7 +213,7 @@ def _figures(run: Run) -> list[tuple[str, str, Any]]:
         steps = run.steps(rank)
         if not steps:
             continue
-        xs = [(s.attributes or {}).get("index", i) for i, s in enumerate(steps)]
+        xs = [(s.attributes or {}).get(semconv.INDEX, i) for i, s in enumerate(steps)]
         ys = [_duration(s) or 0.0 for s in steps]
         dx, dy = _downsample(xs, ys)
         step_times.add_scatter(x=dx, y=dy, mode="lines", name=rank)
@@ -219,7 +223,7 @@ def _figures(run: Run) -> list[tuple[str, str, Any]]:
         per_epoch: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for step, total in zip(steps, ys, strict=True):
             epoch = run.epoch_of(step)
-            key = (epoch.attributes or {}).get("index") if epoch is not None else "-"
+            key = (epoch.attributes or {}).get(semconv.INDEX) if epoch is not None else "-"
             parts = per_epoch[key]
             inside = 0.0
             for child in run.children[step.context.span_id]:
@@ -237,8 +241,8 @@ def _figures(run: Run) -> list[tuple[str, str, Any]]:
                 marker_color=COLORS[part],
                 showlegend=rank == run.ranks[0],
             )
-    step_times.update_layout(xaxis_title="step", yaxis_title="ms")
-    stalls.update_layout(xaxis_title="step", yaxis_title="% of the step waiting for data")
+    step_times.update_layout(xaxis_title=semconv.STEP, yaxis_title="ms")
+    stalls.update_layout(xaxis_title=semconv.STEP, yaxis_title="% of the step waiting for data")
     breakdown.update_layout(barmode="stack", yaxis_title="ms (sum over the epoch's steps)")
     charts += [
         ("step-times", "Step time per rank", step_times),
@@ -254,7 +258,7 @@ def _mark_charts(run: Run, go: Any) -> list[tuple[str, str, Any]]:
     series: dict[str, dict[str, tuple[list[int], list[float]]]] = defaultdict(dict)
     for span in sorted(run.spans, key=lambda s: s.start_time):
         for event in span.events:
-            value = (event.attributes or {}).get("value")
+            value = (event.attributes or {}).get(semconv.MARK_VALUE)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 xs, ys = series[event.name].setdefault(_rank(span), ([], []))
                 xs.append(len(xs))
@@ -276,24 +280,24 @@ def _snapshot_charts(run: Run, go: Any) -> list[tuple[str, str, Any]]:
     for index, span in run.snapshots():
         for event in span.events:
             attributes = event.attributes or {}
-            kind = attributes.get("kind", "weight")
+            kind = attributes.get(semconv.TENSOR_KIND, semconv.KIND_WEIGHT)
             xs, ys = norms.setdefault((event.name, kind), ([], []))
             xs.append(index)
-            ys.append(float(attributes.get("norm", 0.0)))
-            if kind == "weight":
+            ys.append(float(attributes.get(semconv.NORM, 0.0)))
+            if kind == semconv.KIND_WEIGHT:
                 latest[event.name] = (index, event)
     if not norms:
         return []
     figure = go.Figure()
     for (name, kind), (xs, ys) in sorted(norms.items()):
         figure.add_scatter(x=xs, y=ys, mode="lines+markers", name=f"{name} ({kind})")
-    figure.update_layout(xaxis_title="epoch", yaxis_title="L2 norm")
+    figure.update_layout(xaxis_title=semconv.EPOCH, yaxis_title="L2 norm")
     charts = [("norms", "Weight and gradient norms per tensor", figure)]
     histograms = go.Figure()
     for name, (index, event) in list(sorted(latest.items()))[:12]:
         attributes = event.attributes or {}
-        low, high = (list(attributes.get("histogram_range") or (0.0, 0.0)) + [0.0, 0.0])[:2]
-        counts = list(attributes.get("histogram") or [])
+        low, high = (list(attributes.get(semconv.HISTOGRAM_RANGE) or (0.0, 0.0)) + [0.0, 0.0])[:2]
+        counts = list(attributes.get(semconv.HISTOGRAM) or [])
         width = (high - low) / len(counts) if counts and high > low else 1.0
         histograms.add_bar(
             x=[low + width * (i + 0.5) for i in range(len(counts))],
@@ -309,20 +313,20 @@ def _summary_table(run: Run) -> str:
     rows: dict[tuple[str, Any], dict[str, Any]] = {}
     names: set[str] = set()
     for span in run.spans:
-        if span.name != "epoch":
+        if span.name != semconv.EPOCH:
             continue
         marks = {
-            key[len("mark.") :]: value
+            key[len(semconv.MARK_PREFIX) :]: value
             for key, value in (span.attributes or {}).items()
-            if key.startswith("mark.")
+            if key.startswith(semconv.MARK_PREFIX)
         }
         if marks:
-            rows[(_rank(span), (span.attributes or {}).get("index"))] = marks
+            rows[(_rank(span), (span.attributes or {}).get(semconv.INDEX))] = marks
             names |= set(marks)
     if not rows:
         return "<p>No summary marks.</p>"
     columns = sorted(names)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["rank", "epoch", *columns])
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["rank", semconv.EPOCH, *columns])
     body = []
     for (rank, index), marks in sorted(rows.items(), key=lambda r: (r[0][0], r[0][1] or 0)):
         cells = [rank, index] + [marks.get(c, "") for c in columns]

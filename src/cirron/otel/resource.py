@@ -16,6 +16,7 @@ from typing import Any
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
 from . import environment as env
+from . import semconv
 
 _INSTANCE_NAMESPACE = uuid.UUID("6f1c3a52-7d0e-4c55-9a57-3c1b6f0e2a10")
 
@@ -49,35 +50,37 @@ def run_id() -> str | None:
 
 def resource_attributes() -> dict[str, Any]:
     """What cirron knows about this process, before the standard variables apply."""
-    attributes: dict[str, Any] = {"service.name": default_service_name()}
+    attributes: dict[str, Any] = {semconv.SERVICE_NAME: default_service_name()}
     for key, variable in (
-        ("cirron.rank", env.RANK),
-        ("cirron.local_rank", env.LOCAL_RANK),
-        ("cirron.world_size", env.WORLD_SIZE),
+        (semconv.RANK, env.RANK),
+        (semconv.LOCAL_RANK, env.LOCAL_RANK),
+        (semconv.WORLD_SIZE, env.WORLD_SIZE),
     ):
         value = _int_from_environment(variable)
         if value is not None:
             attributes[key] = value
     for key, variable in (
-        ("cirron.pipeline_id", env.CIRRON_PIPELINE_ID),
-        ("cirron.deployment_id", env.CIRRON_DEPLOYMENT_ID),
-        ("cirron.workspace_id", env.CIRRON_WORKSPACE_ID),
+        (semconv.PIPELINE_ID, env.CIRRON_PIPELINE_ID),
+        (semconv.DEPLOYMENT_ID, env.CIRRON_DEPLOYMENT_ID),
+        (semconv.WORKSPACE_ID, env.CIRRON_WORKSPACE_ID),
     ):
         if os.environ.get(variable):
             attributes[key] = os.environ[variable]
     run = run_id()
     if run:
-        attributes["cirron.run_id"] = run
+        attributes[semconv.RUN_ID] = run
         # Stable per run and rank: a restarted rank keeps its identity.
-        rank = attributes.get("cirron.rank", 0)
-        attributes["service.instance.id"] = str(uuid.uuid5(_INSTANCE_NAMESPACE, f"{run}/{rank}"))
+        rank = attributes.get(semconv.RANK, 0)
+        attributes[semconv.SERVICE_INSTANCE_ID] = str(
+            uuid.uuid5(_INSTANCE_NAMESPACE, f"{run}/{rank}")
+        )
     else:
-        attributes["service.instance.id"] = str(uuid.uuid4())
+        attributes[semconv.SERVICE_INSTANCE_ID] = str(uuid.uuid4())
     try:
-        attributes["host.name"] = socket.gethostname()
+        attributes[semconv.HOST_NAME] = socket.gethostname()
     except OSError:
         pass
-    attributes["process.pid"] = os.getpid()
+    attributes[semconv.PROCESS_PID] = os.getpid()
     return attributes
 
 

@@ -42,7 +42,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from . import ids, values
+from . import ids, semconv, values
 
 _log = logging.getLogger("cirron")
 UNSET_STATUS = Status(StatusCode.UNSET)  # shared: encoders test for it by identity
@@ -359,7 +359,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         }
         if attributes:
             details.update(attributes)
-        self.add_event("exception", details, timestamp)
+        self.add_event(semconv.EXCEPTION, details, timestamp)
 
     def end(self, end_time: int | None = None) -> None:
         # Lock-free "end once", so a signal handler never finds a span's end

@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from ..config import Settings
-from ..otel import ids, values
+from ..otel import ids, semconv, values
 from ..otel.health import Health
 from ..otel.processor import RingBufferSpanProcessor
 from ..otel.spans import ScopeSpan, TracerState, lean_path_possible
@@ -28,7 +28,7 @@ from ..otel.version import __version__
 from .training_state import TrainingState
 
 TRACER_NAME = "cirron"
-SESSION_SPAN = "cirron.session"
+SESSION_SPAN = semconv.SESSION
 MAX_VALUE_LENGTH = values.MAX_VALUE_LENGTH  # characters kept of a string attribute value
 
 
@@ -135,10 +135,10 @@ def session_attributes(frameworks: tuple[str, ...] = ()) -> dict[str, Any]:
     # Instrumentors refine device, cuda_count and mixed_precision on the open
     # session span once they know them; the core knows no framework.
     return {
-        "framework": list(frameworks),
-        "device": "cpu",
-        "cuda_count": 0,
-        "mixed_precision": False,
+        semconv.FRAMEWORK: list(frameworks),
+        semconv.DEVICE: "cpu",
+        semconv.CUDA_COUNT: 0,
+        semconv.MIXED_PRECISION: False,
     }
 
 

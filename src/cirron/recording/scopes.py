@@ -29,12 +29,12 @@ from opentelemetry.trace import (
 )
 
 from ..config import MAX_SCOPE_DEPTH
-from ..otel import values
+from ..otel import semconv, values
 from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
 from . import recorder, training_state
 
 # On the root span of a trace a long run split off: the span id of its parent in the run's tree.
-PARENT_ATTRIBUTE = "cirron.parent_span_id"
+PARENT_ATTRIBUTE = semconv.PARENT_SPAN_ID
 
 # Scopes recorded around the current point, kept in the OTel context beside the span.
 _DEPTH_KEY = create_key("cirron-scope-depth")
@@ -307,7 +307,7 @@ def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
     if attributes:
         attributes = values.attributes(attributes, f"scope {name!r}")
     if index is not None:
-        attributes["index"] = values.index(index)
+        attributes[semconv.INDEX] = values.index(index)
     return Scope(name, attributes)
 
 
@@ -348,7 +348,7 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
     if type(span) is ScopeSpan and span._end_time is None:
         if kind == "point" and not attributes and type(value) is not values.Deferred:
             # the common case, inline
-            if not span.add_mark_event(name, {"value": value}, _time_ns()):
+            if not span.add_mark_event(name, {semconv.MARK_VALUE: value}, _time_ns()):
                 _mark_dropped(rec, span)
             return
     elif span is None or not span.is_recording():
@@ -386,7 +386,7 @@ def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
     now = _time_ns() if lean else 0
     for name, value in logged.items():
         if lean and type(value) is float and type(name) is str and name:
-            if not span.add_mark_event(name, {"value": value}, now):
+            if not span.add_mark_event(name, {semconv.MARK_VALUE: value}, now):
                 _mark_dropped(rec, span)
             continue
         try:
@@ -430,13 +430,13 @@ def _record_mark(
             return
         deferred = None
     if kind == "point":
-        event_attributes = {"value": value}
+        event_attributes = {semconv.MARK_VALUE: value}
         if attributes:
             event_attributes.update(values.attributes(attributes, f"mark {name!r}"))
         if type(span) is ScopeSpan:
             kept = span.add_mark_event(name, event_attributes, _time_ns())
             if deferred is not None:
-                span.defer_attribute("value", deferred.resolve, event_attributes)
+                span.defer_attribute(semconv.MARK_VALUE, deferred.resolve, event_attributes)
         else:
             dropped = getattr(span, "dropped_events", 0)
             span.add_event(name, event_attributes)
@@ -445,11 +445,11 @@ def _record_mark(
             _mark_dropped(rec, span)
     elif kind == "summary":
         if deferred is not None:
-            span.defer_attribute("mark." + name, deferred.resolve)
+            span.defer_attribute(semconv.MARK_PREFIX + name, deferred.resolve)
         elif type(span) is ScopeSpan:
-            span.set_mark_attribute("mark." + name, value)
+            span.set_mark_attribute(semconv.MARK_PREFIX + name, value)
         else:
-            span.set_attribute("mark." + name, value)
+            span.set_attribute(semconv.MARK_PREFIX + name, value)
     else:
         raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
 

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from opentelemetry import trace as trace_api
 
 from .. import registry
-from ..otel import spans
+from ..otel import semconv, spans
 from ..otel.spans import ScopeSpan
 from ..recording import recorder
 from ..training import boundaries
@@ -115,7 +115,7 @@ def _sampled(sample_rate: float, epoch: Any) -> bool:
     on. Its state is only read: a seeded run is in the same state at the same
     epoch, and the epoch index tells the boundaries of a run apart.
     """
-    index = (getattr(epoch, "attributes", None) or {}).get("index")
+    index = (getattr(epoch, "attributes", None) or {}).get(semconv.INDEX)
     key = index if index is not None else epoch.get_span_context().span_id
     return random.Random(f"{hash(random.getstate())}/{key}").random() < sample_rate
 
@@ -129,11 +129,13 @@ def _start_span(
     if rec.lean is not None and type(epoch) is ScopeSpan:
         state = copy.copy(rec.lean)
         state.max_events = events + 16  # its own limit: no tensor lost to max_events
-        span = ScopeSpan("snapshot", epoch._trace_id, epoch, attributes, state, context, start_ns)
+        span = ScopeSpan(
+            semconv.SNAPSHOT, epoch._trace_id, epoch, attributes, state, context, start_ns
+        )
         span.add_link(link)
         return span
     span = rec.tracer.start_span(
-        "snapshot",
+        semconv.SNAPSHOT,
         context=context,
         attributes=attributes,
         links=[trace_api.Link(link)],
@@ -146,12 +148,12 @@ def _start_span(
 def _metadata(rec: Any, epoch: Any, model_name: str) -> dict[str, str]:
     """What the safetensors files record besides the tensors: model, epoch, step."""
     metadata = {"model": model_name}
-    index = (getattr(epoch, "attributes", None) or {}).get("index")
+    index = (getattr(epoch, "attributes", None) or {}).get(semconv.INDEX)
     if index is not None:
-        metadata["epoch"] = str(index)
+        metadata[semconv.EPOCH] = str(index)
     steps = rec.training.next_step
     if steps:
-        metadata["step"] = str(steps)  # steps opened so far in the run
+        metadata[semconv.STEP] = str(steps)  # steps opened so far in the run
     return metadata
 
 
@@ -172,7 +174,7 @@ def _take_one(
     capture = adapter.capture(model, raw=directory is not None)
     capture_seconds = time.perf_counter() - started
     try:
-        attributes = {"snapshot.mode": mode, "snapshot.model": name}
+        attributes = {semconv.SNAPSHOT_MODE: mode, semconv.SNAPSHOT_MODEL: name}
         span = _start_span(rec, epoch, attributes, start_ns, capture.tensor_count)
         if directory is not None:
             directory = os.path.join(directory, f"{span.get_span_context().span_id:016x}")
@@ -189,7 +191,7 @@ def _take_one(
 
 def _report_skipped(rec: Any, epoch: Any, skipped: list[str]) -> None:
     rec.health.add("snapshots_skipped", len(skipped))
-    epoch.set_attribute("snapshot.skipped", skipped)
+    epoch.set_attribute(semconv.SNAPSHOT_SKIPPED, skipped)
     rec.health.warn_once(
         "snapshot-skipped",
         "cirron: the snapshot of %s was still being finished at the next epoch boundary "
@@ -213,7 +215,7 @@ def take(epoch: Any) -> None:
             if not _take_one(rec, epoch, name, model, mode, directory):
                 skipped.append(name)
         except Exception as error:  # noqa: BLE001 - one model's failure spares the others
-            rec.health.failed("snapshot", error)
+            rec.health.failed(semconv.SNAPSHOT, error)
     if skipped:
         _report_skipped(rec, epoch, skipped)
 
@@ -232,4 +234,4 @@ def drain(timeout: float) -> bool:
     return snapshot_jobs.drain(timeout)
 
 
-boundaries.before_epoch_end("snapshot", take)
+boundaries.before_epoch_end(semconv.SNAPSHOT, take)

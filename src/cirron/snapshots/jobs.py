@@ -28,14 +28,15 @@ from opentelemetry.trace import Status, StatusCode
 
 from ..config import Settings
 from ..exporters import files
+from ..otel import semconv
 from ..otel.health import Health
 from ..recording import recorder
 
 _IDLE_SECONDS = 1.0
 # kind of tensor -> (file name, span attribute holding its path)
 FILES = {
-    "weight": ("weights.safetensors", "snapshot.weights_path"),
-    "gradient": ("gradients.safetensors", "snapshot.gradients_path"),
+    semconv.KIND_WEIGHT: ("weights.safetensors", semconv.SNAPSHOT_WEIGHTS_PATH),
+    semconv.KIND_GRADIENT: ("gradients.safetensors", semconv.SNAPSHOT_GRADIENTS_PATH),
 }
 
 
@@ -58,11 +59,11 @@ class Job:
             records = self.capture.records()
             for record in records:
                 span.add_event(record.name, record.attributes(), self.taken_ns)
-            span.set_attribute("snapshot.tensors", len(records))
+            span.set_attribute(semconv.SNAPSHOT_TENSORS, len(records))
             for attribute, path in paths.items():
                 span.set_attribute(attribute, path)
         except Exception as error:  # noqa: BLE001 - the guard of the snapshot thread
-            self.health.failed("snapshot", error)
+            self.health.failed(semconv.SNAPSHOT, error)
             span.set_status(Status(StatusCode.ERROR, f"snapshot failed: {type(error).__name__}"))
         finally:
             self.capture.release()
@@ -74,7 +75,7 @@ class Job:
         written = {}
         for kind, (file_name, attribute) in FILES.items():
             path = os.path.join(self.directory or "", file_name)
-            metadata = {**self.metadata, "kind": kind}
+            metadata = {**self.metadata, semconv.TENSOR_KIND: kind}
             if _write_atomically(self.capture, kind, path, metadata, self.health):
                 written[attribute] = path
         return written

@@ -16,8 +16,18 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ..otel import semconv
+
 HISTOGRAM_BINS = 16
-SUMMARY_FIELDS = ("count", "nan_count", "inf_count", "mean", "m2", "min", "max")
+SUMMARY_FIELDS = (
+    "count",
+    semconv.NAN_COUNT,
+    semconv.INF_COUNT,
+    semconv.MEAN,
+    "m2",
+    semconv.MIN,
+    semconv.MAX,
+)
 SUMMARY_LENGTH = len(SUMMARY_FIELDS) + HISTOGRAM_BINS
 
 
@@ -57,16 +67,16 @@ def event_attributes(
         mean = std = low = high = math.nan
         norm = 0.0
     return {
-        "kind": kind,
-        "dtype": dtype,
-        "shape": [int(size) for size in shape],
-        "mean": mean,
-        "std": std,
-        "min": low,
-        "max": high,
-        "norm": norm,
-        "histogram": [int(v) for v in summary[7:SUMMARY_LENGTH]],
-        "histogram_range": [low, high],
-        "nan_count": int(nan_count),
-        "inf_count": int(inf_count),
+        semconv.TENSOR_KIND: kind,
+        semconv.DTYPE: dtype,
+        semconv.SHAPE: [int(size) for size in shape],
+        semconv.MEAN: mean,
+        semconv.STD: std,
+        semconv.MIN: low,
+        semconv.MAX: high,
+        semconv.NORM: norm,
+        semconv.HISTOGRAM: [int(v) for v in summary[7:SUMMARY_LENGTH]],
+        semconv.HISTOGRAM_RANGE: [low, high],
+        semconv.NAN_COUNT: int(nan_count),
+        semconv.INF_COUNT: int(inf_count),
     }

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .. import training
+from ..otel import semconv
 from ..recording.guard import report
 from ..recording.scopes import close_span, current_span, marks_from, open_span
 from ..recording.training_state import Moment, Owner
@@ -96,7 +97,7 @@ class FrameworkRun:
         if hold:
             training.hold(self.owner)
             self._holding = True
-        self.train = open_span("train", dict(attributes or {}))
+        self.train = open_span(semconv.TRAIN, dict(attributes or {}))
 
     @_moment
     def describe(self, attributes: Mapping[str, Any]) -> None:
@@ -148,7 +149,7 @@ class FrameworkRun:
         training.end_epoch(self.owner)
 
     @_moment
-    def begin_step(self, index: int, name: str = "step", start_ns: int | None = None) -> None:
+    def begin_step(self, index: int, name: str = semconv.STEP, start_ns: int | None = None) -> None:
         training.begin_step(self.owner, index=index, start_ns=start_ns, name=name)
 
     @_moment
@@ -185,11 +186,11 @@ class FrameworkRun:
         """
         attributes = dict(attributes or {})
         if self.training if during_training is None else during_training:
-            if name == "evaluate":
-                name = "validate"
+            if name == semconv.EVALUATE:
+                name = semconv.VALIDATE
                 epoch = training.state().epoch
-                if epoch is not None and not attributes.get("sanity_check"):
-                    attributes["index"] = epoch.index
+                if epoch is not None and not attributes.get(semconv.SANITY_CHECK):
+                    attributes[semconv.INDEX] = epoch.index
             training.end_completed_step(self.owner)
         else:
             training.take_over(self.owner)

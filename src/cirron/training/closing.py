@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..otel import semconv
 from ..recording import training_state
 from ..recording.scopes import close_span
 from ..recording.training_state import Moment, Owner, TrainingState
@@ -57,8 +58,8 @@ def close_step(
     if step.encloses:
         release_parent(current, step.parent)
     span = step.opened[0]
-    if not step.complete and span.name == "step" and span.is_recording():
-        span.set_attribute("partial", True)  # it ends before its optimizer moment
+    if not step.complete and span.name == semconv.STEP and span.is_recording():
+        span.set_attribute(semconv.PARTIAL, True)  # it ends before its optimizer moment
     now = _time_ns()  # _clamped_end, inline: once a step
     if end_ns is None or end_ns > now:
         end_ns = now
@@ -101,7 +102,7 @@ def close_evaluation(current: TrainingState, end_ns: int | None = None) -> None:
     span = evaluation.opened[0]
     if training_state.completed[0] is span:
         training_state.completed[0] = training_state.completed[1] = None
-    span.set_attribute("batches", evaluation.batches)
+    span.set_attribute(semconv.BATCHES, evaluation.batches)
     close_span(evaluation.opened, None, clamped_end(evaluation, end_ns))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..otel import semconv
 from ..recording import hook_spans, recorder, training_state
 from ..recording.scopes import current_span
 from ..recording.training_state import Fetch
@@ -47,7 +48,9 @@ def record_fetches(fetches: list[Fetch], parent: Any = None) -> None:
         return
     for fetch in fetches:
         under = here if parent is not None else _open_at(here, fetch.start_ns)
-        hook_spans.record_on(under, "data_load", {}, fetch.start_ns, fetch.end_ns, fetch.error)
+        hook_spans.record_on(
+            under, semconv.DATA_LOAD, {}, fetch.start_ns, fetch.end_ns, fetch.error
+        )
 
 
 def _open_at(span: Any, time_ns: int) -> Any:

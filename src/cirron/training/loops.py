@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from .. import training
+from ..otel import semconv
 from ..recording import recorder
 from ..recording.scopes import close_span, open_on
 from ..recording.training_state import USER, Moment
@@ -138,14 +139,14 @@ class _Batches(_Loop[T]):
         if self._timed:
             started = _perf_ns()
             item = next(iterator)  # StopIteration and errors propagate unchanged
-            attributes = {"index": self._index, "data_load_ns": _perf_ns() - started}
+            attributes = {semconv.INDEX: self._index, semconv.DATA_LOAD_NS: _perf_ns() - started}
         else:
             item = next(iterator)
-            attributes = {"index": self._index}
+            attributes = {semconv.INDEX: self._index}
         state = rec.training
         if state.step is not None:  # a step another owner left open
             training.yield_step_to_user(state)
-        opened = open_on(rec, "batch", attributes, None)
+        opened = open_on(rec, semconv.BATCH, attributes, None)
         moment = self._moment
         if moment is None:
             moment = self._moment = Moment(USER, opened, 0, None)

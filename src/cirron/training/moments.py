@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..otel import ids
+from ..otel import ids, semconv
 from ..otel.resource import run_id
 from ..recording import recorder, training_state
 from ..recording.scopes import current_span, marks_from, open_on, open_root
@@ -56,9 +56,11 @@ def begin_epoch(
         above = parent if parent is not None else rec.session  # its parent in the tree
         if _split(rec, current, above):
             trace_id = ids.epoch_trace_id(_run_name(rec), index)
-            opened = open_root(rec, "epoch", {"index": index}, trace_id, above, start_ns)
+            opened = open_root(
+                rec, semconv.EPOCH, {semconv.INDEX: index}, trace_id, above, start_ns
+            )
         else:
-            opened = open_on(rec, "epoch", {"index": index}, start_ns)
+            opened = open_on(rec, semconv.EPOCH, {semconv.INDEX: index}, start_ns)
         epoch = current.epoch = Moment(who, opened, index, parent)
         epoch.fallback = fallback
         if parent is not None:
@@ -119,7 +121,7 @@ def begin_step(
     start_ns: int | None = None,
     *,
     fallback_epoch: bool = False,
-    name: str = "step",
+    name: str = semconv.STEP,
     fetches: list[Fetch] | None = None,
 ) -> bool:
     """``who``'s step begins (its previous one ends); False when it yields to a higher owner.
@@ -160,10 +162,10 @@ def begin_step(
                 epoch = current.epoch
         if index is None:
             index = current.next_step
-        current.next_step = index + 1 if name == "step" else current.next_step + 1
+        current.next_step = index + 1 if name == semconv.STEP else current.next_step + 1
         parent = current_span()
         step = current.step = Moment(
-            who, open_on(rec, name, {"index": index}, start_ns), index, parent
+            who, open_on(rec, name, {semconv.INDEX: index}, start_ns), index, parent
         )
         if epoch is not None:
             epoch.steps += 1
@@ -173,7 +175,7 @@ def begin_step(
             first, every = sampling
             current.detail = position < first or (position - first) % every == 0
             if not current.detail:
-                step.opened[0].set_attribute("detail", False)
+                step.opened[0].set_attribute(semconv.DETAIL, False)
         if parent is not None and (epoch is None or parent is not epoch.opened[0]):
             training_state.enclosing.add(parent)  # a user's scope around a manual loop
             step.encloses = True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..otel import semconv
 from ..recording import recorder, training_state
 from ..recording.scopes import close_span, current_span, open_on
 from ..recording.training_state import Fetch, LoopPosition, Moment, Owner
@@ -15,7 +16,7 @@ from .owners import may_own
 
 _pending = training_state.pending_fetches  # mutated in place, never rebound
 # Passes by name: a user's scope of one of these names around an evaluation loop is that pass.
-PASS_NAMES = frozenset({"validate", "evaluate", "test", "predict"})
+PASS_NAMES = frozenset({semconv.VALIDATE, semconv.EVALUATE, semconv.TEST, semconv.PREDICT})
 
 
 def begin_evaluation(
@@ -51,9 +52,9 @@ def begin_evaluation(
             record_fetches(fetches or [], parent)  # that is this pass
             return None
         if epoch is not None:
-            opened = open_on(rec, "validate", {"index": epoch.index}, start_ns)
+            opened = open_on(rec, semconv.VALIDATE, {semconv.INDEX: epoch.index}, start_ns)
         else:
-            opened = open_on(rec, "evaluate", {}, start_ns)
+            opened = open_on(rec, semconv.EVALUATE, {}, start_ns)
         evaluation = Moment(who, opened, epoch.index if epoch else 0, parent)
         current.evaluation = evaluation
         if (
@@ -113,6 +114,6 @@ def end_pass(who: Owner, moment: Moment, error: BaseException | None = None) -> 
                 del passes[position]
                 break
     span = moment.opened[0]
-    if span.name != "checkpoint":
-        span.set_attribute("batches", moment.batches)
+    if span.name != semconv.CHECKPOINT:
+        span.set_attribute(semconv.BATCHES, moment.batches)
     close_span(moment.opened, error)
