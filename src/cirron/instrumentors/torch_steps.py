@@ -50,7 +50,7 @@ from typing import Any
 
 from .. import training
 from ..recording import recorder, training_state
-from ..recording.training_state import Fetch
+from ..recording.training_state import Fetch, TrainingState
 from ..training import loop_frames
 
 TORCH = training.owner("torch")
@@ -260,7 +260,7 @@ class TorchLoop:
         else:
             training.begin_step(TORCH, fetches=fetches)
 
-    def _begins_epoch(self, state: Any, new: list[LoaderPass]) -> bool:
+    def _begins_epoch(self, state: TrainingState, new: list[LoaderPass]) -> bool:
         """Do the passes in ``new`` begin the next epoch, or join the open one?"""
         epoch = state.epoch
         if epoch is None or epoch.owner is not TORCH or epoch.fallback or self.dry:

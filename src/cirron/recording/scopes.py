@@ -32,6 +32,7 @@ from ..config import MAX_SCOPE_DEPTH
 from ..otel import semconv, values
 from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
 from . import recorder, training_state
+from .recorder import Recorder
 
 # On the root span of a trace a long run split off: the span id of its parent in the run's tree.
 PARENT_ATTRIBUTE = semconv.PARENT_SPAN_ID
@@ -184,7 +185,7 @@ def close_with_error(span: Any, error: BaseException | str) -> None:
 
 
 def _start_span(
-    rec: Any, name: str, attributes: dict[str, Any], start_ns: int | None, context: Any
+    rec: Recorder, name: str, attributes: dict[str, Any], start_ns: int | None, context: Any
 ) -> Any:
     """A span under the open span of ``context`` (or ``cirron.session``), lean when possible."""
     parent = context.get(SPAN_KEY)
@@ -207,7 +208,7 @@ def _start_span(
 
 
 def open_on(
-    rec: Any, name: str, attributes: dict[str, Any], start_ns: int | None
+    rec: Recorder, name: str, attributes: dict[str, Any], start_ns: int | None
 ) -> tuple[Any, Any, Any]:
     """Start a span on recorder ``rec`` and make it current; returns what :func:`close_span` needs."""
     if _open_hook_spans:
@@ -218,7 +219,7 @@ def open_on(
 
 
 def open_root(
-    rec: Any,
+    rec: Recorder,
     name: str,
     attributes: dict[str, Any],
     trace_id: int,
@@ -418,7 +419,7 @@ def _mark_value(name: str, value: Any) -> Any:
 
 
 def _record_mark(
-    rec: Any, span: Any, name: str, value: Any, kind: str, attributes: dict[str, Any]
+    rec: Recorder, span: Any, name: str, value: Any, kind: str, attributes: dict[str, Any]
 ) -> None:
     if span is None or not span.is_recording():
         rec.health.add("marks_dropped")
@@ -454,7 +455,7 @@ def _record_mark(
         raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
 
 
-def _mark_dropped(rec: Any, span: Any) -> None:
+def _mark_dropped(rec: Recorder, span: Any) -> None:
     rec.health.add("marks_dropped")
     rec.health.warn_once(
         "mark-limit",

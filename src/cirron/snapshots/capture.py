@@ -48,6 +48,7 @@ from .. import registry
 from ..otel import semconv, spans
 from ..otel.spans import ScopeSpan
 from ..recording import recorder
+from ..recording.recorder import Recorder
 from ..training import boundaries
 from . import jobs as snapshot_jobs
 from . import pacing as snapshot_pacing
@@ -93,7 +94,7 @@ def adapter_for(model: Any) -> Adapter | None:
 
 
 # -- the boundary (training thread) ------------------------------------------------
-def _settings(rec: Any) -> tuple[str, float, str | None]:
+def _settings(rec: Recorder) -> tuple[str, float, str | None]:
     """(mode, sample rate, path for raw files or None) of the running profiler."""
     if not rec.writes_files:  # no ci.profile(): stats in memory, nothing written
         return "stats", 0.0, None
@@ -121,7 +122,7 @@ def _sampled(sample_rate: float, epoch: Any) -> bool:
 
 
 def _start_span(
-    rec: Any, epoch: Any, attributes: dict[str, Any], start_ns: int, events: int
+    rec: Recorder, epoch: Any, attributes: dict[str, Any], start_ns: int, events: int
 ) -> Any:
     """The ``snapshot`` span: a child of ``epoch`` with a link to it, room for every event."""
     context = trace_api.set_span_in_context(epoch)
@@ -145,7 +146,7 @@ def _start_span(
     return span
 
 
-def _metadata(rec: Any, epoch: Any, model_name: str) -> dict[str, str]:
+def _metadata(rec: Recorder, epoch: Any, model_name: str) -> dict[str, str]:
     """What the safetensors files record besides the tensors: model, epoch, step."""
     metadata = {"model": model_name}
     index = (getattr(epoch, "attributes", None) or {}).get(semconv.INDEX)
@@ -158,7 +159,7 @@ def _metadata(rec: Any, epoch: Any, model_name: str) -> dict[str, str]:
 
 
 def _take_one(
-    rec: Any, epoch: Any, name: str, model: Any, mode: str, directory: str | None
+    rec: Recorder, epoch: Any, name: str, model: Any, mode: str, directory: str | None
 ) -> bool:
     """Snapshot ``model`` at ``epoch``'s end; False when pacing skipped it."""
     adapter = adapter_for(model)
@@ -189,7 +190,7 @@ def _take_one(
     return True
 
 
-def _report_skipped(rec: Any, epoch: Any, skipped: list[str]) -> None:
+def _report_skipped(rec: Recorder, epoch: Any, skipped: list[str]) -> None:
     rec.health.add("snapshots_skipped", len(skipped))
     epoch.set_attribute(semconv.SNAPSHOT_SKIPPED, skipped)
     rec.health.warn_once(

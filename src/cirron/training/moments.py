@@ -9,6 +9,7 @@ from typing import Any
 from ..otel import ids, semconv
 from ..otel.resource import run_id
 from ..recording import recorder, training_state
+from ..recording.recorder import Recorder
 from ..recording.scopes import current_span, marks_from, open_on, open_root
 from ..recording.training_state import Fetch, Moment, Owner, TrainingState
 from . import boundaries, loop_frames
@@ -69,7 +70,7 @@ def begin_epoch(
         return True
 
 
-def _split(rec: Any, current: TrainingState, parent: Any) -> bool:
+def _split(rec: Recorder, current: TrainingState, parent: Any) -> bool:
     """This epoch begins a trace of its own: the run has passed ``trace_split`` spans.
 
     From then on every epoch does, so that no trace of a long run outgrows
@@ -84,7 +85,7 @@ def _split(rec: Any, current: TrainingState, parent: Any) -> bool:
     return parent is not None
 
 
-def _run_name(rec: Any) -> str:
+def _run_name(rec: Recorder) -> str:
     """What names the run for its epochs' traces: the run id, else the session's trace."""
     run = run_id()
     if run is not None:
