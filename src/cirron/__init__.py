@@ -21,7 +21,8 @@ from __future__ import annotations
 from .exporters.spool import read_spool, spool_spans
 from .otel.version import __version__
 from .profiler import Profiler, flush, health, profile, shutdown, trace
-from .recording.scopes import Scope, mark, scope
+from .recording.marks import mark
+from .recording.scopes import Scope, scope
 from .snapshots.watch import watch
 from .training.loops import batches, epochs
 from .wrap import wrap

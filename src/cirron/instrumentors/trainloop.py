@@ -43,7 +43,8 @@ from typing import Any
 from .. import training
 from ..otel import semconv
 from ..recording.guard import guarded
-from ..recording.scopes import close_span, current_span, marks_from, open_span
+from ..recording.marks import marks_from
+from ..recording.scopes import close_span, current_span, open_span
 from ..snapshots.watch import register as watch_model
 from ..training.callbacks import FrameworkRun, Switch
 from . import FrameworkInstrumentor, flatten

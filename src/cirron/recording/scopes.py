@@ -1,4 +1,4 @@
-"""``ci.scope`` and ``ci.mark``: the hot path.
+"""``ci.scope`` and the helpers that open and close spans: the hot path (``ci.mark``: marks).
 
 A scope is an SDK span that is the current span in the OpenTelemetry context
 while it is open, so spans from any other OTel instrumentation nest under it.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.context import create_key
@@ -56,9 +56,6 @@ def _lean_trace_id(parent: Any) -> int | None:
         return parent._trace_id  # type: ignore[no-any-return]
     context = parent.get_span_context()
     return context.trace_id if context.trace_flags.sampled else None  # type: ignore[no-any-return]
-
-
-MARK_KINDS = ("point", "summary")
 
 
 class Scope:
@@ -310,156 +307,3 @@ def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
     if index is not None:
         attributes[semconv.INDEX] = values.index(index)
     return Scope(name, attributes)
-
-
-def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
-    """Record a value on the innermost open scope (``cirron.session`` if none).
-
-    ``kind="point"`` (default) adds a span event named ``name`` with attribute
-    ``value`` (a time series: loss per step). ``kind="summary"`` sets the span
-    attribute ``mark.<name>`` (one final value, e.g. epoch accuracy). Values
-    are int, float (NaN and inf included), bool, str, or a one-element
-    numpy/torch value (``loss``, ``loss.view(1)``); one on a GPU is read after
-    the device got there, never waiting for it here. Any other value is
-    dropped with one warning per mark name and counted in
-    ``ci.health()["marks_invalid"]``: a mark never stops training. A bad name
-    or kind is an error.
-    """
-    if type(name) is not str or not name:
-        values.name(name, "mark name")
-    if type(value) is not float:
-        value = _mark_value(name, value)
-        if value is _INVALID:
-            if kind not in MARK_KINDS:
-                raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
-            return
-    rec = recorder.current or recorder.active()
-    if not rec.enabled:
-        if kind not in MARK_KINDS:
-            raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
-        return
-    if _pending_fetches:
-        _hooks.settle_fetches()
-    if _open_hook_spans:
-        _hooks.build_hook_spans()
-    span = _context_var.get().get(SPAN_KEY)
-    if span is _completed[0] and span is not None:
-        _hooks.loop_check()  # a mark after the training loop is not its step's
-        span = _context_var.get().get(SPAN_KEY)
-    if type(span) is ScopeSpan and span._end_time is None:
-        if kind == "point" and not attributes and type(value) is not values.Deferred:
-            # the common case, inline
-            if not span.add_mark_event(name, {semconv.MARK_VALUE: value}, _time_ns()):
-                _mark_dropped(rec, span)
-            return
-    elif span is None or not span.is_recording():
-        span = rec.session
-    _record_mark(rec, span, name, value, kind, attributes)
-
-
-def mark_on(span: Any, name: str, value: Any, kind: str = "point") -> None:
-    """A mark on ``span`` rather than the innermost scope: for hooks that know which span a
-    value describes (a framework's logged metrics). Validated like :func:`mark`."""
-    if type(name) is not str or not name:
-        values.name(name, "mark name")
-    if type(value) is not float:
-        value = _mark_value(name, value)
-        if value is _INVALID:
-            return
-    rec = recorder.current or recorder.active()
-    if rec.enabled:
-        _record_mark(rec, span, name, value, kind, {})
-
-
-def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
-    """One mark on ``span`` per value a framework logged, its own value (``kind``: point/summary).
-
-    A value that is not a number or a string (an array, a dict) is left out.
-    """
-    if span is None:
-        return
-    rec = recorder.current or recorder.active()
-    if not rec.enabled:
-        return
-    # Once per batch in a framework's loop: floats with plain names (what Keras and
-    # Lightning log) go straight onto one of our spans, all stamped with one time.
-    lean = kind == "point" and type(span) is ScopeSpan
-    now = _time_ns() if lean else 0
-    for name, value in logged.items():
-        if lean and type(value) is float and type(name) is str and name:
-            if not span.add_mark_event(name, {semconv.MARK_VALUE: value}, now):
-                _mark_dropped(rec, span)
-            continue
-        try:
-            mark_on(span, str(name), value, kind)
-        except (TypeError, ValueError):
-            continue
-
-
-_INVALID = object()  # what _mark_value gives for a value no mark can hold
-
-
-def _mark_value(name: str, value: Any) -> Any:
-    """The value a mark records, or ``_INVALID`` (warned about once per name, and counted)."""
-    try:
-        value = values.mark_value(value, f"mark {name!r} value")
-    except (TypeError, ValueError) as error:
-        rec = recorder.current or recorder.active()
-        rec.health.add("marks_invalid")
-        rec.health.warn_once(
-            f"mark-value-{name}",
-            "cirron: %s; the mark is dropped (training goes on; counted in "
-            "ci.health()['marks_invalid'])",
-            error,
-        )
-        return _INVALID
-    if type(value) is str and len(value) > recorder.MAX_VALUE_LENGTH:
-        value = value[: recorder.MAX_VALUE_LENGTH]
-    return value
-
-
-def _record_mark(
-    rec: Recorder, span: Any, name: str, value: Any, kind: str, attributes: dict[str, Any]
-) -> None:
-    if span is None or not span.is_recording():
-        rec.health.add("marks_dropped")
-        return
-    deferred = value if type(value) is values.Deferred else None
-    if deferred is not None and type(span) is not ScopeSpan:
-        value = deferred.resolve(True)  # an SDK span can't wait: read now
-        if value is None:
-            return
-        deferred = None
-    if kind == "point":
-        event_attributes = {semconv.MARK_VALUE: value}
-        if attributes:
-            event_attributes.update(values.attributes(attributes, f"mark {name!r}"))
-        if type(span) is ScopeSpan:
-            kept = span.add_mark_event(name, event_attributes, _time_ns())
-            if deferred is not None:
-                span.defer_attribute(semconv.MARK_VALUE, deferred.resolve, event_attributes)
-        else:
-            dropped = getattr(span, "dropped_events", 0)
-            span.add_event(name, event_attributes)
-            kept = getattr(span, "dropped_events", 0) == dropped
-        if not kept:
-            _mark_dropped(rec, span)
-    elif kind == "summary":
-        if deferred is not None:
-            span.defer_attribute(semconv.MARK_PREFIX + name, deferred.resolve)
-        elif type(span) is ScopeSpan:
-            span.set_mark_attribute(semconv.MARK_PREFIX + name, value)
-        else:
-            span.set_attribute(semconv.MARK_PREFIX + name, value)
-    else:
-        raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
-
-
-def _mark_dropped(rec: Recorder, span: Any) -> None:
-    rec.health.add("marks_dropped")
-    rec.health.warn_once(
-        "mark-limit",
-        "cirron: span %r reached its event limit; older marks are dropped "
-        "(counted in ci.health()['marks_dropped'])",
-        getattr(span, "name", "?"),
-    )

@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 from .. import training
 from ..otel import semconv
 from ..recording.guard import report
-from ..recording.scopes import close_span, current_span, marks_from, open_span
+from ..recording.marks import marks_from
+from ..recording.scopes import close_span, current_span, open_span
 from ..recording.training_state import Moment, Owner
 
 F = TypeVar("F", bound=Callable[..., Any])

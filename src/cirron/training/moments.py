@@ -9,8 +9,9 @@ from typing import Any
 from ..otel import ids, semconv
 from ..otel.resource import run_id
 from ..recording import recorder, training_state
+from ..recording.marks import marks_from
 from ..recording.recorder import Recorder
-from ..recording.scopes import current_span, marks_from, open_on, open_root
+from ..recording.scopes import current_span, open_on, open_root
 from ..recording.training_state import Fetch, Moment, Owner, TrainingState
 from . import boundaries, loop_frames
 from .closing import close_epoch, close_evaluation, close_fallback_epoch, close_step, end_before
