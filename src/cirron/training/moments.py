@@ -171,19 +171,26 @@ def begin_step(
         )
         if epoch is not None:
             epoch.steps += 1
-        sampling = rec.settings.step_sampling
-        if sampling is not None:
-            position = epoch.steps - 1 if epoch is not None else index
-            first, every = sampling
-            current.detail = position < first or (position - first) % every == 0
-            if not current.detail:
-                step.opened[0].set_attribute(semconv.DETAIL, False)
+        if rec.settings.step_sampling is not None:
+            _sample(rec.settings.step_sampling, current, step, epoch)
         if parent is not None and (epoch is None or parent is not epoch.opened[0]):
             training_state.enclosing.add(parent)  # a user's scope around a manual loop
             step.encloses = True
         if fetches:
             record_fetches(fetches, step.opened[0])
         return True
+
+
+def _sample(
+    sampling: tuple[int, int], current: TrainingState, step: Moment, epoch: Moment | None
+) -> None:
+    """``step_sampling=(K, N)``: does ``step`` keep its hook spans (the first K of its epoch,
+    then every Nth)? One that does not says ``detail=false``."""
+    position = epoch.steps - 1 if epoch is not None else step.index
+    first, every = sampling
+    current.detail = position < first or (position - first) % every == 0
+    if not current.detail:
+        step.opened[0].set_attribute(semconv.DETAIL, False)
 
 
 def complete_step(who: Owner, loop: loop_frames.LoopPosition | None = None) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..otel import semconv
 from ..recording import recorder, training_state
+from ..recording.recorder import Recorder
 from ..recording.scopes import close_span, current_span, open_on
 from ..recording.training_state import Fetch, LoopPosition, Moment, Owner
 from .closing import close_evaluation, close_step, end_before
@@ -16,7 +17,7 @@ from .owners import may_own
 
 _pending = training_state.pending_fetches  # mutated in place, never rebound
 # Passes by name: a user's scope of one of these names around an evaluation loop is that pass.
-PASS_NAMES = frozenset({semconv.VALIDATE, semconv.EVALUATE, semconv.TEST, semconv.PREDICT})
+PASS_NAMES = frozenset(semconv.PASSES)
 
 
 def begin_evaluation(
@@ -51,26 +52,32 @@ def begin_evaluation(
         if getattr(parent, "name", None) in PASS_NAMES:  # the user's ci.scope("validate"):
             record_fetches(fetches or [], parent)  # that is this pass
             return None
-        if epoch is not None:
-            opened = open_on(rec, semconv.VALIDATE, {semconv.INDEX: epoch.index}, start_ns)
-        else:
-            opened = open_on(rec, semconv.EVALUATE, {}, start_ns)
-        evaluation = Moment(who, opened, epoch.index if epoch else 0, parent)
-        current.evaluation = evaluation
-        if (
-            parent is not None
-            and parent is not rec.session
-            and (epoch is None or parent is not epoch.opened[0])
-        ):
-            training_state.enclosing.add(parent)  # a user's scope around the evaluation loop
-            evaluation.encloses = True
+        evaluation = current.evaluation = _open_evaluation(rec, who, parent, epoch, start_ns)
         evaluation.loop = loop
         if loop is not None:
-            training_state.completed[0], training_state.completed[1] = opened[0], loop
+            training_state.completed[0] = evaluation.opened[0]
+            training_state.completed[1] = loop
         if fetches:
             evaluation.batches = len(fetches)
-            record_fetches(fetches, opened[0])
+            record_fetches(fetches, evaluation.opened[0])
         return evaluation
+
+
+def _open_evaluation(
+    rec: Recorder, who: Owner, parent: Any, epoch: Moment | None, start_ns: int | None
+) -> Moment:
+    """The pass's span: ``validate`` in ``epoch`` (with its index), else ``evaluate``. Inside
+    a user's scope, it ends when that scope does."""
+    if epoch is not None:
+        opened = open_on(rec, semconv.VALIDATE, {semconv.INDEX: epoch.index}, start_ns)
+    else:
+        opened = open_on(rec, semconv.EVALUATE, {}, start_ns)
+    evaluation = Moment(who, opened, epoch.index if epoch else 0, parent)
+    if parent is not None and parent is not rec.session:
+        if epoch is None or parent is not epoch.opened[0]:
+            training_state.enclosing.add(parent)  # a user's scope around the evaluation loop
+            evaluation.encloses = True
+    return evaluation
 
 
 def end_evaluation(who: Owner, end_ns: int | None = None) -> None:
