@@ -12,6 +12,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from ..otel import semconv, values
 from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
 from . import recorder, training_state
@@ -71,7 +73,7 @@ def mark(name: Any, value: Any, kind: str = "point", **attributes: Any) -> None:
     _record_mark(rec, span, name, value, kind, attributes)
 
 
-def mark_on(span: Any, name: str, value: Any, kind: str = "point") -> None:
+def mark_on(span: Span, name: str, value: Any, kind: str = "point") -> None:
     """A mark on ``span`` rather than the innermost scope: for hooks that know which span a
     value describes (a framework's logged metrics). Validated like :func:`mark`."""
     if type(name) is not str or not name:
@@ -85,7 +87,7 @@ def mark_on(span: Any, name: str, value: Any, kind: str = "point") -> None:
         _record_mark(rec, span, name, value, kind, {})
 
 
-def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
+def marks_from(span: Span, logged: Mapping[Any, Any], kind: str) -> None:
     """One mark on ``span`` per value a framework logged, its own value (``kind``: point/summary).
 
     A value that is not a number or a string (an array, a dict) is left out.
@@ -101,7 +103,7 @@ def marks_from(span: Any, logged: Mapping[Any, Any], kind: str) -> None:
     now = _time_ns() if lean else 0
     for name, value in logged.items():
         if lean and type(value) is float and type(name) is str and name:
-            if not span.add_mark_event(name, {semconv.MARK_VALUE: value}, now):
+            if not span.add_mark_event(name, {semconv.MARK_VALUE: value}, now):  # type: ignore[attr-defined]
                 _mark_dropped(rec, span)
             continue
         try:
@@ -133,7 +135,7 @@ def _mark_value(name: str, value: Any) -> Any:
 
 
 def _record_mark(
-    rec: Recorder, span: Any, name: str, value: Any, kind: str, attributes: dict[str, Any]
+    rec: Recorder, span: Span, name: str, value: Any, kind: str, attributes: dict[str, Any]
 ) -> None:
     if span is None or not span.is_recording():
         rec.health.add("marks_dropped")
@@ -159,8 +161,8 @@ def _record_mark(
         if not kept:
             _mark_dropped(rec, span)
     elif kind == "summary":
-        if deferred is not None:
-            span.defer_attribute(semconv.MARK_PREFIX + name, deferred.resolve)
+        if deferred is not None:  # (only ScopeSpans are left with a deferred value)
+            span.defer_attribute(semconv.MARK_PREFIX + name, deferred.resolve)  # type: ignore[attr-defined]
         elif type(span) is ScopeSpan:
             span.set_mark_attribute(semconv.MARK_PREFIX + name, value)
         else:
@@ -169,7 +171,7 @@ def _record_mark(
         raise ValueError(f"mark kind must be one of {MARK_KINDS}, got {kind!r}")
 
 
-def _mark_dropped(rec: Recorder, span: Any) -> None:
+def _mark_dropped(rec: Recorder, span: Span) -> None:
     rec.health.add("marks_dropped")
     rec.health.warn_once(
         "mark-limit",

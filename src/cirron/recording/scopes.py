@@ -21,6 +21,7 @@ from opentelemetry.context.context import Context
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
+    Span,
     SpanContext,
     Status,
     StatusCode,
@@ -50,7 +51,7 @@ _pending_fetches = training_state.pending_fetches  # batch fetches whose step is
 _context_var = context_variable()  # the OTel context, without the API's layers
 
 
-def _lean_trace_id(parent: Any) -> int | None:
+def _lean_trace_id(parent: Span) -> int | None:
     """The trace id for a lean child of ``parent``, or None when the SDK must decide."""
     if type(parent) is ScopeSpan:
         return parent._trace_id  # type: ignore[no-any-return]
@@ -72,7 +73,7 @@ class Scope:
     def __init__(self, name: str, attributes: dict[str, Any], start_ns: int | None = None) -> None:
         self.name = name
         self.attributes = attributes
-        self.span: Any = None
+        self.span: Span | None = None
         self.start_ns = start_ns  # backdate the span (hooks that learn of a region late)
 
     def __enter__(self) -> Scope:
@@ -164,7 +165,7 @@ class _NoScope:
 NO_SCOPE = _NoScope()
 
 
-def close_with_error(span: Any, error: BaseException | str) -> None:
+def close_with_error(span: Span, error: BaseException | str) -> None:
     """Record ``error`` on ``span`` and set status ERROR (the span stays open)."""
     if isinstance(error, BaseException):
         span.record_exception(error)
@@ -233,7 +234,7 @@ def open_root(
     parent_context = logical_parent.get_span_context()
     attributes = {**attributes, PARENT_ATTRIBUTE: format(parent_context.span_id, "016x")}
     if rec.lean is not None:
-        span: Any = ScopeSpan(name, trace_id, None, attributes, rec.lean, Context(), start_ns)
+        span: Span = ScopeSpan(name, trace_id, None, attributes, rec.lean, Context(), start_ns)
         span.add_link(parent_context)
     else:  # the SDK takes a trace id only from a parent: a remote one, never recorded
         root = NonRecordingSpan(SpanContext(trace_id, parent_context.span_id, True, TraceFlags(1)))

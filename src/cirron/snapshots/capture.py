@@ -43,6 +43,7 @@ import time
 from typing import Any, Protocol
 
 from opentelemetry import trace as trace_api
+from opentelemetry.trace import Span
 
 from .. import registry
 from ..otel import semconv, spans
@@ -102,13 +103,13 @@ def _settings(rec: Recorder) -> tuple[str, float, str | None]:
     return settings.snapshots, settings.sample_rate, settings.path
 
 
-def _raw_this_boundary(mode: str, sample_rate: float, epoch: Any) -> bool:
+def _raw_this_boundary(mode: str, sample_rate: float, epoch: Span) -> bool:
     if mode == "full":
         return True
     return mode == "sampled" and sample_rate > 0.0 and _sampled(sample_rate, epoch)
 
 
-def _sampled(sample_rate: float, epoch: Any) -> bool:
+def _sampled(sample_rate: float, epoch: Span) -> bool:
     """The boundary's draw: reproducible under the program's seed, and no draw of its own.
 
     Drawing from the global ``random`` would shift every number the program
@@ -122,7 +123,7 @@ def _sampled(sample_rate: float, epoch: Any) -> bool:
 
 
 def _start_span(
-    rec: Recorder, epoch: Any, attributes: dict[str, Any], start_ns: int, events: int
+    rec: Recorder, epoch: Span, attributes: dict[str, Any], start_ns: int, events: int
 ) -> Any:
     """The ``snapshot`` span: a child of ``epoch`` with a link to it, room for every event."""
     context = trace_api.set_span_in_context(epoch)
@@ -146,7 +147,7 @@ def _start_span(
     return span
 
 
-def _metadata(rec: Recorder, epoch: Any, model_name: str) -> dict[str, str]:
+def _metadata(rec: Recorder, epoch: Span, model_name: str) -> dict[str, str]:
     """What the safetensors files record besides the tensors: model, epoch, step."""
     metadata = {"model": model_name}
     index = (getattr(epoch, "attributes", None) or {}).get(semconv.INDEX)
@@ -159,7 +160,7 @@ def _metadata(rec: Recorder, epoch: Any, model_name: str) -> dict[str, str]:
 
 
 def _take_one(
-    rec: Recorder, epoch: Any, name: str, model: Any, mode: str, directory: str | None
+    rec: Recorder, epoch: Span, name: str, model: Any, mode: str, directory: str | None
 ) -> bool:
     """Snapshot ``model`` at ``epoch``'s end; False when pacing skipped it."""
     adapter = adapter_for(model)
@@ -190,7 +191,7 @@ def _take_one(
     return True
 
 
-def _report_skipped(rec: Recorder, epoch: Any, skipped: list[str]) -> None:
+def _report_skipped(rec: Recorder, epoch: Span, skipped: list[str]) -> None:
     rec.health.add("snapshots_skipped", len(skipped))
     epoch.set_attribute(semconv.SNAPSHOT_SKIPPED, skipped)
     rec.health.warn_once(
@@ -202,7 +203,7 @@ def _report_skipped(rec: Recorder, epoch: Any, skipped: list[str]) -> None:
     )
 
 
-def take(epoch: Any) -> None:
+def take(epoch: Span) -> None:
     """Snapshot every watched model; ``epoch`` is the span about to end."""
     rec = recorder.current
     if rec is None or not rec.enabled or not rec.watched or not epoch.is_recording():

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode
 
 from ..config import Settings
 from ..exporters import files
@@ -42,7 +42,7 @@ FILES = {
 
 @dataclass
 class Job:
-    span: Any
+    span: Span
     capture: Any  # a cirron.snapshots.capture.Capture
     health: Health
     taken_ns: int  # the boundary: every event is stamped with it

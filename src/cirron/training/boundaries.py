@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from ..recording.guard import call_guarded
 
 EpochCallback = Callable[[Any], None]
@@ -26,7 +28,7 @@ def before_epoch_end(site: str, callback: EpochCallback) -> None:
         _before_epoch_end.append((site, callback))
 
 
-def epoch_ending(span: Any) -> None:
+def epoch_ending(span: Span) -> None:
     """The epoch ``span`` is about to end: run every registered callback on it."""
     if span is None:
         return

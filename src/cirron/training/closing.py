@@ -9,7 +9,8 @@ first, and the fetches still waiting are its own.
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from opentelemetry.trace import Span
 
 from ..otel import semconv
 from ..recording import training_state
@@ -112,7 +113,7 @@ def close_fallback_epoch(current: TrainingState, who: Owner) -> None:
         close_epoch(current)
 
 
-def release_parent(current: TrainingState, parent: Any) -> None:
+def release_parent(current: TrainingState, parent: Span | None) -> None:
     """``parent`` no longer encloses a moment, unless the other open one is also inside it."""
     if parent is None:
         return

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from ..otel import ids, semconv
 from ..otel.resource import run_id
 from ..recording import recorder, training_state
@@ -71,7 +73,7 @@ def begin_epoch(
         return True
 
 
-def _split(rec: Recorder, current: TrainingState, parent: Any) -> bool:
+def _split(rec: Recorder, current: TrainingState, parent: Span | None) -> bool:
     """This epoch begins a trace of its own: the run has passed ``trace_split`` spans.
 
     From then on every epoch does, so that no trace of a long run outgrows
@@ -287,7 +289,7 @@ def yield_step_to_user(current: TrainingState) -> None:
         close_step(current)
 
 
-def _enclosing_ends(span: Any) -> None:
+def _enclosing_ends(span: Span) -> None:
     """``span`` is ending: the moments opened inside it end first (children never outlive it)."""
     current = state()
     with current.lock:
@@ -323,7 +325,7 @@ def _check_loop() -> None:
             close_evaluation(current)
 
 
-def end_moment(span: Any) -> bool:
+def end_moment(span: Span) -> bool:
     """End ``span`` as its owner would, if it is the open step or epoch (the run is ending)."""
     current = (recorder.current or recorder.active()).training
     with current.lock:

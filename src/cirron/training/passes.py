@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from ..otel import semconv
 from ..recording import recorder, training_state
 from ..recording.recorder import Recorder
@@ -64,7 +66,7 @@ def begin_evaluation(
 
 
 def _open_evaluation(
-    rec: Recorder, who: Owner, parent: Any, epoch: Moment | None, start_ns: int | None
+    rec: Recorder, who: Owner, parent: Span | None, epoch: Moment | None, start_ns: int | None
 ) -> Moment:
     """The pass's span: ``validate`` in ``epoch`` (with its index), else ``evaluate``. Inside
     a user's scope, it ends when that scope does."""
