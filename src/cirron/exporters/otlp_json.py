@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
 from typing import Any
 
-from opentelemetry.trace import SpanKind
+from opentelemetry.sdk.trace import Event
+from opentelemetry.trace import Link, SpanKind, Status
 
 from ..otel.spans import UNSET_STATUS, MarkEvent, ScopeSpan
 
@@ -58,7 +59,7 @@ def any_value(value: Any) -> str:
     return any_value(str(value))
 
 
-def key_values(attributes: Any) -> str:
+def key_values(attributes: Mapping[str, Any] | None) -> str:
     """A JSON array of OTLP ``KeyValue``s."""
     if not attributes:
         return "[]"
@@ -80,7 +81,7 @@ def _trace_fields(span: Any) -> tuple[str, str | None, bool]:
     )
 
 
-def _events(events: Any) -> str:
+def _events(events: Sequence[Event]) -> str:
     encoded = []
     for event in events:
         if type(event) is MarkEvent:  # ours: its fields directly, the properties cost a call each
@@ -94,7 +95,13 @@ def _events(events: Any) -> str:
     return ',"events":[' + ",".join(encoded) + "]"
 
 
-def _tail(span: Any, events: Any, links: Any, status: Any, dropped_events: int) -> str:
+def _tail(
+    span: Any,
+    events: Sequence[Event],
+    links: Sequence[Link],
+    status: Status,
+    dropped_events: int,
+) -> str:
     """The optional members: events, links, dropped counts, status."""
     parts = [_events(events)] if events else []
     if dropped_events:

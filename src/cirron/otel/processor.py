@@ -29,7 +29,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .health import Health
 from .spans import ScopeSpan
@@ -126,7 +127,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         _live_processors.add(self)
 
     # -- training thread ------------------------------------------------------
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         if self._stopped:
             return
         next(self._started)  # health: spans_started
@@ -152,7 +153,7 @@ class RingBufferSpanProcessor(SpanProcessor):
             next(store.evictions)
         ended.append(span)
 
-    def on_start_and_end(self, span: ScopeSpan, parent_context: Any = None) -> None:
+    def on_start_and_end(self, span: ScopeSpan, parent_context: Context | None = None) -> None:
         """``on_start`` and ``on_end`` at once, for a span built after it ended (a hook span)."""
         if self._stopped:
             return

@@ -85,7 +85,11 @@ SNAPSHOT_GRADIENTS_PATH = "snapshot.gradients_path"
 
 # -- events ---------------------------------------------------------------------------------
 MARK_VALUE = "value"  # the attribute of a point mark's event (the event is named after the mark)
-EXCEPTION = "exception"  # OpenTelemetry's exception event
+EXCEPTION = "exception"  # OpenTelemetry's exception event, and its attributes
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+EXCEPTION_STACKTRACE = "exception.stacktrace"
+EXCEPTION_ESCAPED = "exception.escaped"
 NON_FINITE_GRAD_RETRY = "non_finite_grad_retry"  # a trainloop step retried
 RETRIES = "retries"
 NON_FINITE_GRAD_RETRIES = "non_finite_grad_retries"

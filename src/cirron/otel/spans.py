@@ -28,21 +28,26 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from . import ids, semconv, values
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 _log = logging.getLogger("cirron")
 UNSET_STATUS = Status(StatusCode.UNSET)  # shared: encoders test for it by identity
@@ -123,19 +128,20 @@ class TracerState:
         return self._handlers
 
 
-def _whole_handler(processor: Any) -> Any:
+def _whole_handler(processor: SpanProcessor) -> Callable[[ReadableSpan, Context | None], None]:
     both = getattr(processor, "on_start_and_end", None)
     if both is not None:
         return both
 
-    def start_and_end(span: Any, parent_context: Any) -> None:
-        processor.on_start(span, parent_context)
+    def start_and_end(span: ReadableSpan, parent_context: Context | None) -> None:
+        # Processors declare the SDK's Span; ours is the ReadableSpan they read from it.
+        processor.on_start(span, parent_context)  # type: ignore[arg-type]
         processor.on_end(span)
 
     return start_and_end
 
 
-def lean_path_possible(provider: Any) -> bool:
+def lean_path_possible(provider: trace_api.TracerProvider) -> bool:
     """The lean path replicates the default sampler only; anything else uses the SDK."""
     sampler = getattr(provider, "sampler", None)
     return (
@@ -296,7 +302,9 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
                 value = value[: self._state.max_value_length]
             self._attributes[key] = value
 
-    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+    def add_event(
+        self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None
+    ) -> None:
         if self._end_time is not None:
             return
         cleaned: dict[str, Any] = {}
@@ -322,7 +330,9 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
             self._dropped_events += 1
         return not full
 
-    def add_link(self, context: Any, attributes: Any = None) -> None:
+    def add_link(
+        self, context: trace_api.SpanContext | None, attributes: Mapping[str, Any] | None = None
+    ) -> None:
         if self._end_time is None and context is not None and context.is_valid:
             self._links = self._links + (trace_api.Link(context, attributes),)
 
@@ -330,7 +340,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         if self._end_time is None:
             self._name = name
 
-    def set_status(self, status: Any, description: str | None = None) -> None:
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         if self._end_time is not None:
             return
         if isinstance(status, StatusCode):
@@ -350,12 +360,12 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         module = exception_type.__module__
         qualified = exception_type.__qualname__
         details = {
-            "exception.type": f"{module}.{qualified}"
+            semconv.EXCEPTION_TYPE: f"{module}.{qualified}"
             if module and module != "builtins"
             else qualified,
-            "exception.message": str(exception),
-            "exception.stacktrace": "".join(traceback.format_exception(exception)),
-            "exception.escaped": str(escaped),
+            semconv.EXCEPTION_MESSAGE: str(exception),
+            semconv.EXCEPTION_STACKTRACE: "".join(traceback.format_exception(exception)),
+            semconv.EXCEPTION_ESCAPED: str(escaped),
         }
         if attributes:
             details.update(attributes)
@@ -442,13 +452,13 @@ class _PublicContext:
         otel_context.detach(token)
 
 
-def span_processors(provider: Any) -> tuple[Any, ...]:
+def span_processors(provider: trace_api.TracerProvider) -> tuple[SpanProcessor, ...]:
     """The span processors of an SDK provider (the SDK has no public way to list them)."""
     multi = getattr(provider, "_active_span_processor", None)
     return tuple(getattr(multi, "_span_processors", ()))
 
 
-def remove_span_processor(provider: Any, processor: Any) -> bool:
+def remove_span_processor(provider: trace_api.TracerProvider, processor: SpanProcessor) -> bool:
     """Detach ``processor`` from ``provider``; False when this SDK offers no way (it stays, inert)."""
     multi = getattr(provider, "_active_span_processor", None)
     lock = getattr(multi, "_lock", None)
@@ -459,7 +469,7 @@ def remove_span_processor(provider: Any, processor: Any) -> bool:
     return True
 
 
-def exporters_of(provider: Any) -> list[Any]:
+def exporters_of(provider: trace_api.TracerProvider) -> list[SpanExporter]:
     """The exporters behind the provider's processors (batch and simple processors alike)."""
     found = []
     for processor in span_processors(provider):
@@ -482,22 +492,24 @@ def forget_global_provider() -> None:
     trace_api._TRACER_PROVIDER = None  # type: ignore[attr-defined]
 
 
-def ended_copy(span: Any) -> Any:
+def ended_copy(span: trace_api.Span) -> ReadableSpan:
     """What an SDK span handed its processors when it ended (itself, for our lean spans)."""
     readable = getattr(span, "_readable_span", None)
-    return readable() if readable is not None else span
+    if readable is not None:
+        return readable()  # type: ignore[no-any-return]
+    return cast(ReadableSpan, span)
 
 
-def span_lock(span: Any) -> Any:
+def span_lock(span: trace_api.Span) -> threading.Lock | None:
     """An SDK span's lock (None for ours, which need none)."""
     return getattr(span, "_lock", None)
 
 
-def widen_event_limit(span: Any, events: int) -> None:
+def widen_event_limit(span: trace_api.Span, events: int) -> None:
     """Give an SDK span (a custom sampler's) room for ``events`` events."""
     from opentelemetry.sdk.util import BoundedList
 
     current = getattr(span, "_events", None)
     limit = getattr(getattr(current, "_dq", None), "maxlen", None)
     if isinstance(current, BoundedList) and limit is not None and limit < events:
-        span._events = BoundedList(events)
+        span._events = BoundedList(events)  # type: ignore[attr-defined]

@@ -68,13 +68,13 @@ def span_limits(max_events: int) -> SpanLimits:
     return SpanLimits(max_events=max_events, max_attribute_length=MAX_VALUE_LENGTH)
 
 
-def _tracer(provider: Any, max_events: int) -> tuple[Any, TracerState | None]:
+def _tracer(provider: TracerProvider, max_events: int) -> tuple[trace.Tracer, TracerState | None]:
     """cirron's tracer on ``provider``, and the lean span path when the provider allows it."""
     tracer = provider.get_tracer(TRACER_NAME, __version__)
     if ids.private_ids(getattr(tracer, "id_generator", None)):
         # Our own tracer only (the SDK path: a custom sampler); other tracers of
         # a provider we did not make keep the generator it was given.
-        tracer.id_generator = ids.ID_GENERATOR
+        tracer.id_generator = ids.ID_GENERATOR  # type: ignore[attr-defined]
     if not lean_path_possible(provider):
         return tracer, None
     return tracer, TracerState(provider, tracer, max_events, MAX_VALUE_LENGTH)
@@ -166,7 +166,7 @@ def _in_memory() -> Recorder:
     return recorder
 
 
-def bind_provider(provider: Any) -> Recorder:
+def bind_provider(provider: TracerProvider) -> Recorder:
     """A recorder on the user's own provider, for instrumentors used with plain OTel.
 
     No ``cirron.session`` (spans with no open parent become roots), no sinks,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from ..otel import semconv
 from ..recording import hook_spans, recorder, training_state
 from ..recording.scopes import current_span
@@ -36,7 +38,7 @@ def fed(fetches: list[Fetch]) -> list[Fetch]:
     return [f for f in fetches if f not in dropped]
 
 
-def record_fetches(fetches: list[Fetch], parent: Any = None) -> None:
+def record_fetches(fetches: list[Fetch], parent: Span | None = None) -> None:
     """Each fetch as a ``data_load`` span under ``parent`` (None: where the program was when
     it began, the innermost open span that had begun by then).
 
