@@ -22,11 +22,11 @@ def test_text_is_an_indented_tree_in_the_line_format():
     with ci.scope("still-running"):
         text = ci.trace()
     lines = text.splitlines()
-    assert lines[0] == "cirron.session - open"
+    assert lines[0] == "cirron.session - open (running)"
     assert lines[1].startswith("  epoch[0] - ") and lines[1].endswith("{epoch_loss=0.5}")
     assert lines[2].startswith("    batch[0] - ") and lines[2].endswith("{loss=1}")
     assert lines[3].startswith("      forward - ")
-    assert lines[-1] == "  still-running - open"
+    assert lines[-1] == "  still-running - open (running)"
     assert repr(text) == str(text)  # a notebook shows the tree, not a quoted string
 
 
@@ -145,3 +145,31 @@ def test_in_a_notebook_the_trace_is_a_collapsible_tree():
     assert html.count("<details") == 2  # the session and the epoch have children; the scope not
     assert "a &lt;b&gt; &amp; c" in html and "{loss=0.5}" in html
     assert str(ci.trace()).splitlines()[0].startswith("cirron.session")
+
+
+def test_in_a_notebook_the_findings_come_above_the_tree():
+    """The same findings as `cirron show --diagnose`: a loop that mostly waits for its data."""
+    import time
+
+    import torch
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 12
+
+        def __getitem__(self, index):
+            time.sleep(0.005)
+            return torch.ones(2), torch.ones(1)
+
+    ci.profile(output="none")
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in torch.utils.data.DataLoader(Slow(), batch_size=2):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    html = ci.trace()._repr_html_()
+    findings, tree = html.split('<div style="font-family: monospace', 1)
+    assert "<b>warning</b>" in findings and "the run is input-bound" in findings
+    assert "num_workers" in findings
+    assert "step[0]" in tree

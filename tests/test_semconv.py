@@ -63,7 +63,9 @@ NOT_NAMES = {
     ("cirron/offline/readback.py", "index"): "a field of ci.trace()'s nodes",
     ("cirron/offline/readback.py", "value"): "a field of ci.trace()'s marks",
     ("cirron/offline/readback.py", "kind"): "a field of ci.trace()'s marks",
-    ("cirron/offline/report.py", "value"): "an axis title",
+    ("cirron/offline/findings.py", "eval"): "a prefix of a mark's name",
+    ("cirron/offline/findings.py", "test"): "a prefix of a mark's name",
+    ("cirron/offline/findings.py", "epoch"): "a prefix of a mark's name",
 }
 # Calls that write a span, attribute or event name as their first argument.
 WRITERS = {"open_span", "open_on", "open_hook", "begin_pass", "record_on", "set_attribute",

@@ -34,6 +34,10 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)  # nan, inf, -inf
+        magnitude = abs(value)
+        if magnitude != 0 and (magnitude < 1e-2 or magnitude >= 1e15):
+            # Small and huge values keep their significant digits: 4e-05, 1.23e-07.
+            return f"{value:.3g}"
         text = f"{value:.4f}".rstrip("0").rstrip(".")
         return "0" if text in ("-0", "") else text
     if isinstance(value, (list, tuple)):
@@ -73,13 +77,18 @@ def mark_values(span: Any) -> dict[str, Any]:
     return shown
 
 
-def span_line(span: Any) -> str:
+OPEN_RUNNING = "open (running)"
+OPEN_STOPPED = "open (not ended: the process stopped)"
+
+
+def span_line(span: Any, open_as: str = OPEN_RUNNING) -> str:
+    """``name[index] - duration {marks}``; an open span says why it is open (``open_as``)."""
     attributes = span.attributes or {}
     text = printable(span.name)
     if semconv.INDEX in attributes:
         text += f"[{format_value(attributes[semconv.INDEX])}]"
     end = span.end_time
-    text += " - " + format_duration(end - span.start_time if end is not None else None)
+    text += " - " + (format_duration(end - span.start_time) if end is not None else open_as)
     marks = mark_values(span)
     if marks:
         text += (

@@ -2,19 +2,21 @@
 
 ::
 
-    cirron show [PATH] [--name N] [--last K] [--rank R] [--format text|json|df-csv]
+    cirron runs [PATH]
+    cirron show [PATH] [--run N|ID|all] [--name N] [--last K] [--rank R] [--format text|json|df-csv]
+    cirron show [PATH] --diagnose [--run N|ID|all]
     cirron export [PATH] --endpoint URL [--protocol http/protobuf|grpc] [--header K=V ...]
     cirron export [PATH] --format chrome -o trace.json
     cirron report [PATH] -o report.html
-    cirron show [PATH] --diagnose
 
-``show`` prints the runs of a spool directory (default ``./.cirron``) as
-``ci.trace()`` does, through the same read-back (:mod:`cirron.offline.readback`):
-one tree per process. ``export --format chrome`` writes Chrome Trace Event
-JSON (Perfetto, ``chrome://tracing``). ``export`` replays the spool to an OTLP backend with
-the official exporter, file by file in bounded batches; the files delivered
-are noted under ``<PATH>/exported/``, so a re-run sends only what was not
-delivered yet. A corrupt or unreadable file is named on stderr and skipped;
+A folder can hold several runs (:mod:`cirron.offline.runs`); every command but ``runs`` reads
+the latest unless ``--run`` picks another, and says so when there are more. ``show`` prints
+them as ``ci.trace()`` does, through the same read-back (:mod:`cirron.offline.readback`): one
+tree per process; ``--diagnose`` prints the findings (:mod:`cirron.offline.findings`).
+``export --format chrome`` writes Chrome Trace Event JSON (:mod:`cirron.offline.chrome`).
+``export`` replays the spool to an OTLP backend with the official exporter, file by file in
+bounded batches; the files delivered are noted under ``<PATH>/exported/``, so a re-run sends
+only what was not delivered yet. A corrupt or unreadable file is named on stderr and skipped;
 the others are still processed.
 """
 
@@ -25,15 +27,21 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..exporters import spool_files
+from ..exporters.lines import format_duration
 from ..exporters.otlp_json import decode_request
 from ..otel import semconv
-from . import readback
+from . import chrome, findings, readback, runs
 
 _BATCH = 512  # spans per OTLP request when replaying
+RUN_HELP = (
+    "which run: N (1 the oldest, -1 the latest, as `cirron runs` numbers them), "
+    "a run id or its first characters, or all (default: the latest)"
+)
 
 
 class SpoolError(Exception):
@@ -78,14 +86,32 @@ def _spans(path: str) -> list[Any]:
     return spans
 
 
-def show(arguments: argparse.Namespace) -> int:
-    spans = _spans(arguments.path)
-    if arguments.diagnose:
-        from .report import diagnose
+def _chosen_runs(arguments: argparse.Namespace) -> list[runs.Run]:
+    """The runs ``--run`` picks (default: the latest), saying so when the folder holds more."""
+    every = runs.runs_of(_spans(arguments.path))
+    try:
+        chosen = runs.pick(every, arguments.run)
+    except LookupError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if len(every) > 1 and arguments.run != runs.ALL:
+        numbers = ", ".join(str(every.index(run) + 1) for run in chosen)
+        print(
+            f"cirron: {len(every)} runs in {arguments.path}; this is run {numbers} "
+            f"({'the latest' if arguments.run is None else 'as asked'}). "
+            "`cirron runs` lists them; --run N|ID|all picks another.",
+            file=sys.stderr,
+        )
+    return chosen
 
-        for finding in diagnose(spans):
-            print(finding.text)
-        return 0
+
+def _chosen(arguments: argparse.Namespace) -> list[Any]:
+    return [span for run in _chosen_runs(arguments) for span in run.spans]
+
+
+def show(arguments: argparse.Namespace) -> int:
+    if arguments.diagnose:
+        return diagnose(arguments)
+    spans = _chosen(arguments)
     if arguments.rank is not None:
         spans = [s for s in spans if s.resource.attributes.get(semconv.RANK) == arguments.rank]
     fmt = {"text": "text", "json": "json", "df-csv": "df"}[arguments.format]
@@ -94,6 +120,50 @@ def show(arguments: argparse.Namespace) -> int:
         result.to_csv(sys.stdout, index=False)
     else:
         print(result)
+    return 0
+
+
+def diagnose(arguments: argparse.Namespace) -> int:
+    every = _chosen_runs(arguments)
+    for number, run in enumerate(every):
+        if number:
+            print()
+        print(run_heading(run))
+        for finding in findings.diagnose(run):
+            print(f"{finding.severity:<8} {finding.text}")
+            if finding.action:
+                print(f"{'':<8} next: {finding.action}")
+    return 0
+
+
+def run_heading(run: runs.Run) -> str:
+    """One line about a run: its id, framework, processes, steps and how it ended."""
+    processes = ", ".join(process.label for process in run.processes)
+    return (
+        f"run {run.id[:16]} · {', '.join(run.frameworks) or 'no framework'} · {processes} · "
+        f"{run.steps} steps · {format_duration(run.end_ns - run.start_ns)} · "
+        f"{'failed' if run.failed else 'ok'}"
+    )
+
+
+HEADING = (
+    "  #  run               start                 duration  framework       processes"
+    "          steps  status"
+)
+
+
+def list_runs(arguments: argparse.Namespace) -> int:
+    every = runs.runs_of(_spans(arguments.path))
+    print(HEADING)
+    for number, run in enumerate(every, 1):
+        start = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.start_ns / 1e9))
+        processes = ", ".join(process.label for process in run.processes)
+        print(
+            f"{number:>3}  {run.id[:16]:<16}  {start:<19}  "
+            f"{format_duration(run.end_ns - run.start_ns):>9}  "
+            f"{', '.join(run.frameworks) or '-':<14}  {processes:<16}  {run.steps:>6}  "
+            f"{'failed' if run.failed else 'ok'}"
+        )
     return 0
 
 
@@ -128,82 +198,20 @@ def _exporter(endpoint: str, protocol: str, headers: dict[str, str]) -> Any:
     return HttpExporter(endpoint=url, headers=headers or None)
 
 
-def chrome_events(spans: list[Any]) -> list[dict[str, Any]]:
-    """Chrome Trace Event JSON events: a track per process (rank), spans, marks, snapshots.
-
-    Spans are complete events (``ph: X``) on their process's track; a point
-    mark is a counter track of its own (``ph: C``) in that process; a
-    snapshot is an instant event (``ph: i``) at its epoch's boundary.
-    Times are microseconds since the epoch, as the format wants.
-    """
-    events: list[dict[str, Any]] = []
-    processes: dict[int, str] = {}
-    for span in spans:
-        resource = span.resource.attributes
-        pid = int(resource.get(semconv.PROCESS_PID, 0))
-        rank = resource.get(semconv.RANK)
-        processes[pid] = (
-            f"rank {rank} (pid {pid})"
-            if rank is not None
-            else f"{resource.get(semconv.SERVICE_NAME, 'python')} (pid {pid})"
-        )
-        start = span.start_time / 1000
-        end = span.end_time if span.end_time is not None else span.start_time
-        attributes = {k: _plain(v) for k, v in (span.attributes or {}).items()}
-        if span.name == semconv.SNAPSHOT:
-            events.append(
-                {"name": semconv.SNAPSHOT, "ph": "i", "s": "p", "ts": start, "pid": pid, "tid": 0,
-                 "args": attributes}
-            )  # fmt: skip
-            continue
-        events.append(
-            {"name": span.name + (f"[{attributes[semconv.INDEX]}]" if semconv.INDEX in attributes else ""),
-             "cat": span.name, "ph": "X", "ts": start, "dur": (end - span.start_time) / 1000,
-             "pid": pid, "tid": 0, "args": attributes}
-        )  # fmt: skip
-        for event in span.events:
-            value = (event.attributes or {}).get(semconv.MARK_VALUE)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                events.append(
-                    {"name": event.name, "ph": "C", "ts": event.timestamp / 1000, "pid": pid,
-                     "args": {event.name: value}}
-                )  # fmt: skip
-    for pid, name in processes.items():
-        events.append(
-            {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
-        )
-        events.append(
-            {"name": "thread_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "training"}}
-        )
-    events.sort(key=lambda e: (e.get("ts", 0), -e.get("dur", 0)))
-    return events
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, float) and value != value:
-        return "NaN"  # JSON has no NaN
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return str(value)
-    return value
-
-
 def report(arguments: argparse.Namespace) -> int:
     from .report import build
 
-    spans = _spans(arguments.path)
+    chosen = _chosen_runs(arguments)
+    spans = [span for run in chosen for span in run.spans]
     with open(arguments.output, "w", encoding="utf-8") as stream:
-        stream.write(build(spans, f"cirron run report: {os.path.abspath(arguments.path)}"))
+        stream.write(build(chosen, f"cirron run report: {os.path.abspath(arguments.path)}"))
     print(f"cirron: report of {len(spans)} spans written to {arguments.output}", file=sys.stderr)
     return 0
 
 
 def export_chrome(arguments: argparse.Namespace) -> int:
-    spans = _spans(arguments.path)
-    document = {"traceEvents": chrome_events(spans), "displayTimeUnit": "ms"}
-    with open(arguments.output, "w", encoding="utf-8") as stream:
-        json.dump(document, stream, allow_nan=False)
+    spans = _chosen(arguments)
+    chrome.write(spans, arguments.output)
     print(
         f"cirron: {len(spans)} spans written to {arguments.output} "
         "(open it in https://ui.perfetto.dev or chrome://tracing)",
@@ -222,6 +230,11 @@ def export(arguments: argparse.Namespace) -> int:
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     files = _files(arguments.path)
+    processes = {
+        runs.process_key(process.spans[0].resource)
+        for run in _chosen_runs(arguments)
+        for process in run.processes
+    }
     headers = dict(_header(text) for text in arguments.header)
     journal = _journal(arguments.path, arguments.endpoint)
     done = _delivered(journal)
@@ -232,6 +245,8 @@ def export(arguments: argparse.Namespace) -> int:
     try:
         with open(journal, "a", encoding="utf-8") as record:
             for position, (name, spans) in enumerate(_read(todo), 1):
+                if not any(runs.process_key(span.resource) in processes for span in spans):
+                    continue  # another run's file (a spool file is one process's)
                 ok = True
                 for start in range(0, len(spans), _BATCH):
                     batch = spans[start : start + _BATCH]
@@ -283,12 +298,18 @@ def parser() -> argparse.ArgumentParser:
     shown.add_argument(
         "--diagnose", action="store_true", help="print the findings of `cirron report` instead"
     )
-    shown.set_defaults(run=show)
+    shown.add_argument("--run", help=RUN_HELP)
+    shown.set_defaults(command_function=show)
+
+    listed = commands.add_parser("runs", help="list the runs in the folder, oldest first")
+    listed.add_argument("path", nargs="?", default=default_path, help=path_help)
+    listed.set_defaults(command_function=list_runs)
 
     reported = commands.add_parser("report", help="write an offline HTML report of the run(s)")
     reported.add_argument("path", nargs="?", default=default_path, help=path_help)
     reported.add_argument("-o", "--output", default="report.html", help="default: report.html")
-    reported.set_defaults(run=report)
+    reported.add_argument("--run", help=RUN_HELP)
+    reported.set_defaults(command_function=report)
 
     exported = commands.add_parser("export", help="replay the spool to an OTLP backend (resumable)")
     exported.add_argument("path", nargs="?", default=default_path, help=path_help)
@@ -306,7 +327,8 @@ def parser() -> argparse.ArgumentParser:
         "--header", action="append", default=[], metavar="KEY=VALUE",
         help="a header for every request (repeatable), e.g. x-mlflow-experiment-id=0",
     )  # fmt: skip
-    exported.set_defaults(run=export)
+    exported.add_argument("--run", help=RUN_HELP)
+    exported.set_defaults(command_function=export)
     return top
 
 
@@ -317,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for text in getattr(arguments, "header", []):
             _header(text)
-        return int(arguments.run(arguments))
+        return int(arguments.command_function(arguments))
     except argparse.ArgumentTypeError as error:
         print(f"cirron: {error}", file=sys.stderr)
         return 2
@@ -329,3 +351,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `cirron show | head`
         return 0
+    except OSError as error:  # an output path that can't be written
+        print(f"cirron: cannot write: {error}", file=sys.stderr)
+        return 1

@@ -13,6 +13,7 @@ from typing import Any
 from ..exporters import lines
 from ..otel import semconv
 from ..recording.recorder import Recorder
+from . import findings, runs
 
 FORMATS = ("text", "dict", "json", "df")
 DF_COLUMNS = [
@@ -35,13 +36,15 @@ class TraceText(str):
     """A str that shows as the tree itself in a REPL, and as a collapsible tree in a notebook."""
 
     _nodes: list[dict[str, Any]] = []  # the trees the text was made from (for the HTML form)
+    _spans: list[Any] = []  # the spans behind them (for the findings above the tree)
 
     def __repr__(self) -> str:
         return str(self)
 
     def _repr_html_(self) -> str:
         """Each span a line; those with children fold (the top two levels start open)."""
-        out = ['<div style="font-family: monospace; white-space: pre">']
+        out = _findings_html(self._spans)
+        out.append('<div style="font-family: monospace; white-space: pre">')
 
         def walk(node: dict[str, Any], depth: int) -> None:
             line = html.escape(lines.span_line(_NodeView(node)))
@@ -59,6 +62,21 @@ class TraceText(str):
             walk(node, 0)
         out.append("</div>")
         return "".join(out)
+
+
+def _findings_html(spans: list[Any]) -> list[str]:
+    """The findings about the run(s), as a list above the tree (none for a bare tree)."""
+    found = [finding for run in runs.runs_of(spans) for finding in findings.diagnose(run)]
+    shown = [f for f in found if f.severity != findings.INFO or f.chart == "stalls"]
+    if not shown:
+        return []
+    items = "".join(
+        f"<li><b>{html.escape(f.severity)}</b> {html.escape(f.text)}"
+        + (f"<br><i>next:</i> {html.escape(f.action)}" if f.action else "")
+        + "</li>"
+        for f in shown
+    )
+    return [f'<ul class="cirron-findings">{items}</ul>']
 
 
 def _hex(span_id: int) -> str:
@@ -175,13 +193,13 @@ def _select(
     return nodes
 
 
-def _text(nodes: list[dict[str, Any]], evicted: int) -> str:
+def _text(nodes: list[dict[str, Any]], evicted: int, open_as: str) -> str:
     out: list[str] = []
     if evicted:
         out.append(f"({evicted} older spans were evicted from the in-memory trace buffer)")
 
     def walk(node: dict[str, Any], depth: int) -> None:
-        out.append("  " * depth + lines.span_line(_NodeView(node)))
+        out.append("  " * depth + lines.span_line(_NodeView(node), open_as))
         for child in node["children"]:
             walk(child, depth + 1)
 
@@ -302,6 +320,8 @@ def _render(
         return json.dumps(selected if selected is not None else whole)
     if format == "df":
         return _frame(nodes, _depths(roots) if selected is not None else None)
-    text = TraceText(_text(nodes, evicted))
+    # Live, an open span is running; in a spool, its process stopped before it ended.
+    text = TraceText(_text(nodes, evicted, lines.OPEN_RUNNING if single else lines.OPEN_STOPPED))
     text._nodes = nodes
+    text._spans = [span for _node, span in pairs]
     return text

@@ -1,0 +1,276 @@
+"""The findings about a run: what went wrong or is slow, in plain words, with what to do next.
+
+One engine for ``cirron show --diagnose``, the report and the notebook view. Each finding
+names its severity, says one sentence, keeps the figures behind it and the ids of the spans
+it is about, and proposes one concrete action. Every figure is read from the run's spans:
+
+- **failed**: a span with status ERROR (the run's, or one the run went on after), the
+  exception's type and message, and the step it happened in;
+- **non-finite**: a mark (``loss``, ...) that became NaN or infinite, from which step, how often;
+- **skipped**: optimizer steps the AMP GradScaler skipped, and its loss scale;
+- **input**: the share of step wall time spent waiting for data on the training thread
+  (the ``data_load`` inside each step over the steps' wall time: steps abut, one per thread);
+- **slow steps**: steps over 3x the median, the first step of the run and of each epoch left
+  out as warm-up;
+- **loss**: a loss that did not decrease;
+- **gaps**: long gaps between steps, and what ran in them (evaluation, checkpoints, nothing);
+- **ranks**: the slowest rank of a run of several;
+- **snapshots**: the first snapshot with NaN or Inf values.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from ..exporters.lines import format_value
+from ..otel import semconv
+from . import step_findings
+from .finding import ERROR, INFO, SEVERITIES, WARNING, Finding, ms
+from .runs import Process, Run
+from .steps import Timeline, is_error, span_id
+
+NOT_TRAINING_LOSS = ("val", "eval", "test", "epoch")  # mark names of other losses begin so
+
+
+def diagnose(run: Run) -> list[Finding]:
+    """The findings about ``run``, errors first."""
+    timelines = [(process, Timeline(process.spans)) for process in run.processes]
+    several = len(run.processes) > 1
+    findings: list[Finding] = []
+    for process, timeline in timelines:
+        who = f"{process.label}: " if several else ""
+        findings += _failures(who, timeline)
+        findings += _non_finite_marks(who, timeline)
+        findings += step_findings.skipped_steps(who, timeline)
+        findings += step_findings.input_share(who, timeline, run.frameworks)
+        findings += step_findings.slow_steps(who, timeline)
+        findings += _loss_trend(who, timeline)
+        findings += step_findings.gaps(who, timeline)
+    findings += _slowest_rank(timelines)
+    findings += _snapshots(timelines)
+    if not any(timeline.steps for _process, timeline in timelines):
+        findings.append(Finding(INFO, "No steps were recorded in this run.", "", "step-times"))
+    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+
+
+# -- failures -----------------------------------------------------------------------------------
+def _exception(span: Any) -> tuple[str, str] | None:
+    for event in span.events:
+        if event.name == semconv.EXCEPTION:
+            attributes = event.attributes or {}
+            return (
+                str(attributes.get(semconv.EXCEPTION_TYPE, "?")),
+                str(attributes.get(semconv.EXCEPTION_MESSAGE, "")),
+            )
+    return None
+
+
+def _failures(who: str, timeline: Timeline) -> list[Finding]:
+    failed = [span for span in timeline.spans if is_error(span)]
+    if not failed:
+        return []
+    # Where it was raised: the deepest failed span holding an exception (an exception that
+    # escapes closes every span around it with the same event), else the earliest.
+    raised = [span for span in failed if _exception(span) is not None]
+    depth = {id(span): _depth(timeline, span) for span in failed}
+    origin = max(raised or failed, key=lambda s: (depth[id(s)], -s.start_time))
+    kind, message = _exception(origin) or ("", origin.status.description or "")
+    step = timeline.step_at(origin, origin.start_time)
+    where = f"`{origin.name}`" + (f" of step {step.number}" if step is not None else "")
+    what = f"{kind}: {message}" if kind else (message or "status ERROR")
+    run_failed = any(s.name in (semconv.SESSION, semconv.TRAIN) for s in failed) or (
+        not any(s.name == semconv.SESSION for s in timeline.spans)
+    )
+    figures = {
+        "exception_type": kind,
+        "message": message,
+        "span": origin.name,
+        "in_step": step.number if step is not None else None,
+        "failed_spans": len(failed),
+    }
+    ids = [span_id(origin)] + ([span_id(step.span)] if step is not None else [])
+    if run_failed:
+        return [
+            Finding(
+                ERROR,
+                f"{who}the run failed in {where}: {what}.",
+                f"open span {span_id(origin)} (`cirron show --name {origin.name}`): its "
+                "exception event holds the traceback",
+                "step-times",
+                figures,
+                ids,
+            )
+        ]
+    return [
+        Finding(
+            WARNING,
+            f"{who}{len(failed)} span(s) ended in an error and the run went on; the first "
+            f"raised in {where}: {what}.",
+            f"open span {span_id(origin)} to see the traceback; the run caught this error",
+            "step-times",
+            figures,
+            ids,
+        )
+    ]
+
+
+def _depth(timeline: Timeline, span: Any) -> int:
+    depth, above = 0, timeline.parent(span)
+    while above is not None:
+        depth, above = depth + 1, timeline.parent(above)
+    return depth
+
+
+# -- marks --------------------------------------------------------------------------------------
+def _point_marks(timeline: Timeline) -> dict[str, list[tuple[Any, Any, int]]]:
+    """name -> [(span, value, time_ns)] of every numeric point mark, in time order."""
+    marks: dict[str, list[tuple[Any, Any, int]]] = {}
+    for span in timeline.spans:
+        for event in span.events:
+            value = (event.attributes or {}).get(semconv.MARK_VALUE)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                marks.setdefault(event.name, []).append((span, value, event.timestamp))
+    for series in marks.values():
+        series.sort(key=lambda item: item[2])
+    return marks
+
+
+def _summary_marks(timeline: Timeline) -> dict[str, list[tuple[Any, Any]]]:
+    """name -> [(span, value)] of every numeric summary mark, in start order."""
+    marks: dict[str, list[tuple[Any, Any]]] = {}
+    for span in timeline.spans:
+        for key, value in (span.attributes or {}).items():
+            if key.startswith(semconv.MARK_PREFIX) and isinstance(value, (int, float)):
+                if not isinstance(value, bool):
+                    marks.setdefault(key[len(semconv.MARK_PREFIX) :], []).append((span, value))
+    return marks
+
+
+def _where(timeline: Timeline, span: Any, time_ns: int) -> str:
+    step = timeline.step_at(span, time_ns)
+    if step is not None:
+        return f"step {step.number}"
+    index = (span.attributes or {}).get(semconv.INDEX)
+    return f"{span.name} {index}" if index is not None else f"`{span.name}`"
+
+
+def _non_finite_marks(who: str, timeline: Timeline) -> list[Finding]:
+    findings = []
+    series: dict[str, list[tuple[Any, Any, int]]] = dict(_point_marks(timeline))
+    for name, summary in _summary_marks(timeline).items():
+        series[name] = series.get(name, []) + [
+            (span, value, span.start_time) for span, value in summary
+        ]
+    for name, values in sorted(series.items()):
+        bad = [(span, value, time) for span, value, time in values if not math.isfinite(value)]
+        if not bad:
+            continue
+        span, value, time = bad[0]
+        where = _where(timeline, span, time)
+        findings.append(
+            Finding(
+                ERROR if "loss" in name else WARNING,
+                f"{who}{name} became {format_value(value)} at {where}: {len(bad)} of its "
+                f"{len(values)} values are not finite.",
+                "look at the step before: a learning rate too high, a division by zero or a "
+                "log of 0 in the loss; `ci.watch(model)` shows which weights went first",
+                "marks",
+                {"mark": name, "first": where, "non_finite": len(bad), "values": len(values)},
+                [span_id(span)],
+            )
+        )
+    return findings
+
+
+def _loss_name(names: list[str]) -> str | None:
+    candidates = [n for n in names if "loss" in n and not n.startswith(NOT_TRAINING_LOSS)]
+    if "loss" in candidates:
+        return "loss"
+    return candidates[0] if candidates else None
+
+
+def _loss_trend(who: str, timeline: Timeline) -> list[Finding]:
+    marks = _point_marks(timeline)
+    name = _loss_name(sorted(marks))
+    if name is None:
+        return []
+    values = [float(value) for _span, value, _time in marks[name] if math.isfinite(value)]
+    if len(values) < 20:
+        return []
+    quarter = len(values) // 4
+    first, last = statistics.fmean(values[:quarter]), statistics.fmean(values[-quarter:])
+    if last < first - 0.02 * abs(first):
+        return []
+    return [
+        Finding(
+            WARNING,
+            f"{who}{name} did not decrease: its mean was {format_value(first)} over the first "
+            f"quarter of its {len(values)} values and {format_value(last)} over the last.",
+            "check the learning rate (too low, or too high and diverging) and that the "
+            "optimizer holds the model's parameters and zero_grad() runs each step",
+            "marks",
+            {"mark": name, "first_quarter": first, "last_quarter": last, "values": len(values)},
+        )
+    ]
+
+
+# -- across processes ---------------------------------------------------------------------------
+def _slowest_rank(timelines: list[tuple[Process, Timeline]]) -> list[Finding]:
+    medians = {
+        process.label: statistics.median(step.wall_ns for step in timeline.steps)
+        for process, timeline in timelines
+        if timeline.steps
+    }
+    if len(medians) < 2:
+        return []
+    slowest = max(medians, key=lambda label: medians[label])
+    middle = statistics.median(medians.values())
+    gap = (medians[slowest] - middle) / middle if middle else 0.0
+    return [
+        Finding(
+            WARNING if gap > 0.2 else INFO,
+            f"The slowest rank is {slowest}: its median step is {ms(medians[slowest])}, "
+            f"{gap:+.0%} against the median rank.",
+            "every rank waits for the slowest at each gradient sync: compare its data_load "
+            "and parts with another rank's"
+            if gap > 0.2
+            else "",
+            "step-times",
+            {"rank": slowest, "median_ns": medians[slowest], "against_median": gap},
+        )
+    ]
+
+
+def _snapshots(timelines: list[tuple[Process, Timeline]]) -> list[Finding]:
+    found = []
+    any_snapshot = False
+    for process, timeline in timelines:
+        for span in timeline.spans:
+            if span.name != semconv.SNAPSHOT:
+                continue
+            any_snapshot = True
+            epoch = timeline.enclosing(span, semconv.EPOCH)
+            index = (epoch.attributes or {}).get(semconv.INDEX) if epoch is not None else None
+            for event in span.events:
+                attributes = event.attributes or {}
+                if attributes.get(semconv.NAN_COUNT, 0) or attributes.get(semconv.INF_COUNT, 0):
+                    found.append((index if index is not None else -1, event.name, process, span))
+                    break
+    if found:
+        index, tensor, process, span = min(found, key=lambda f: f[0])
+        return [
+            Finding(
+                ERROR,
+                f"{process.label}: the snapshot of epoch {index} is the first with NaN or Inf "
+                f"values (first: {tensor}).",
+                "look at the steps of that epoch: the loss and the learning rate there",
+                "norms",
+                {"snapshot_epoch": index, "tensor": tensor},
+                [span_id(span)],
+            )
+        ]
+    if any_snapshot:
+        return [Finding(INFO, "No snapshot holds NaN or Inf values.", "", "norms")]
+    return []

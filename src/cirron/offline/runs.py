@@ -1,0 +1,133 @@
+"""The runs of a spool: which spans belong to which run, and which process of it.
+
+A *run* is one profiled training: the ``cirron.session`` of each of its processes.
+The processes of one run are its ranks: they share a run id (``CIRRON_RUN_ID``, or
+``TORCHELASTIC_RUN_ID`` under torchrun), and with it the trace id of their sessions.
+A process with no run id is a run of its own. Two runs written to one folder are two
+runs, never two ranks; ranks are compared only within their run.
+
+A process is told apart by its resource (``service.instance.id``, else host and pid), so a
+rank that restarted under the same run id joins its run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..otel import semconv
+
+ALL = "all"
+
+
+@dataclass
+class Process:
+    """One process of a run (a rank, or the one process of a single-process run)."""
+
+    label: str  # "rank 0", or "pid 1234" without a rank
+    rank: int | None
+    spans: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    """The spans of one run, its processes, and what a listing says of it."""
+
+    id: str  # the run id, else the session's trace id (hex)
+    spans: list[Any] = field(default_factory=list)
+    processes: list[Process] = field(default_factory=list)
+
+    @property
+    def start_ns(self) -> int:
+        return min(span.start_time for span in self.spans)
+
+    @property
+    def end_ns(self) -> int:
+        return max((span.end_time or span.start_time) for span in self.spans)
+
+    @property
+    def frameworks(self) -> list[str]:
+        found: list[str] = []
+        for span in self.spans:
+            if span.name == semconv.SESSION:
+                for name in (span.attributes or {}).get(semconv.FRAMEWORK) or ():
+                    if name not in found:
+                        found.append(name)
+        return found
+
+    @property
+    def failed(self) -> bool:
+        return any(span.status.status_code.name == "ERROR" for span in self.spans)
+
+    @property
+    def steps(self) -> int:
+        steps = sum(1 for span in self.spans if span.name == semconv.STEP)
+        return steps or sum(1 for span in self.spans if span.name == semconv.BATCH)
+
+
+def process_key(resource: Any) -> tuple[Any, ...]:
+    attributes = resource.attributes
+    instance = attributes.get(semconv.SERVICE_INSTANCE_ID)
+    if instance is not None:
+        return ("instance", instance)
+    return ("pid", attributes.get(semconv.HOST_NAME), attributes.get(semconv.PROCESS_PID))
+
+
+def _label(resource: Any) -> tuple[str, int | None]:
+    attributes = resource.attributes
+    rank = attributes.get(semconv.RANK)
+    if isinstance(rank, int):
+        return f"rank {rank}", rank
+    return f"pid {attributes.get(semconv.PROCESS_PID, '?')}", None
+
+
+def runs_of(spans: Sequence[Any]) -> list[Run]:
+    """The runs of ``spans``, oldest first, each with its processes (by rank, then pid)."""
+    by_process: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    for span in spans:
+        by_process[process_key(span.resource)].append(span)
+    runs: dict[str, Run] = {}
+    for mine in by_process.values():
+        resource = mine[0].resource
+        run_id = resource.attributes.get(semconv.RUN_ID)
+        if not run_id:
+            sessions = [s for s in mine if s.name == semconv.SESSION]
+            first = min(sessions or mine, key=lambda s: s.start_time)
+            run_id = format(first.context.trace_id, "032x")
+        run = runs.setdefault(str(run_id), Run(str(run_id)))
+        run.spans += mine
+        label, rank = _label(resource)
+        run.processes.append(Process(label, rank, mine))
+    for run in runs.values():
+        run.processes.sort(key=lambda p: (p.rank is None, p.rank or 0, p.label))
+    return sorted(runs.values(), key=lambda run: run.start_ns)
+
+
+def pick(runs: list[Run], choice: str | None) -> list[Run]:
+    """The runs ``--run`` names: None the latest, ``all``, ``N`` (1 is the oldest, -1 the
+    latest, as ``cirron runs`` numbers them), or a run id or its first characters."""
+    if not runs:
+        return []
+    if choice is None:
+        return [runs[-1]]
+    if choice == ALL:
+        return runs
+    try:
+        number = int(choice)
+    except ValueError:
+        number = None
+    known = ", ".join(f"{n} ({run.id[:12]})" for n, run in enumerate(runs, 1))
+    if number is not None and str(number) == choice.strip():  # a number, never an id's prefix
+        if 1 <= number <= len(runs):
+            return [runs[number - 1]]
+        if -len(runs) <= number <= -1:
+            return [runs[number]]
+        raise LookupError(f"--run {choice!r} names no run; the runs are: {known}, or 'all'")
+    matches = [run for run in runs if run.id.startswith(choice)]
+    if len(matches) == 1:
+        return matches
+    if matches:
+        raise LookupError(f"--run {choice!r} matches {len(matches)} runs; give more of the id")
+    raise LookupError(f"--run {choice!r} names no run; the runs are: {known}, or 'all'")

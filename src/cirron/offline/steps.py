@@ -1,0 +1,167 @@
+"""The steps of one process, read back: what the findings and the report's charts are made of.
+
+A process's steps are its ``step`` spans (an optimizer moment each), else its ``batch``
+spans (Keras, ``ci.batches``), in start order, numbered from 0 across the whole run: a
+Keras run's batch indexes restart each epoch, the global number does not. Every figure
+here is a sum of intervals counted once: a part nested in another part (Lightning runs
+``forward`` and ``backward`` inside ``optimizer_step``'s closure) is that part's time, not
+its parent's too.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..otel import semconv
+
+OTHER = "other"  # the share of a step no part accounts for
+
+
+def duration_ns(span: Any) -> int:
+    return span.end_time - span.start_time if span.end_time is not None else 0
+
+
+def span_id(span: Any) -> str:
+    return format(span.context.span_id, "016x")
+
+
+def is_error(span: Any) -> bool:
+    return bool(span.status.status_code.name == "ERROR")
+
+
+@dataclass
+class Step:
+    number: int  # 0, 1, ... across the run (this process's)
+    span: Any
+    epoch: Any  # the epoch span it belongs to, or None
+    first_of_epoch: bool
+
+    @property
+    def index(self) -> Any:
+        return (self.span.attributes or {}).get(semconv.INDEX, self.number)
+
+    @property
+    def wall_ns(self) -> int:
+        return duration_ns(self.span)
+
+
+class Timeline:
+    """One process's spans, indexed: children, epochs, steps."""
+
+    def __init__(self, spans: list[Any]) -> None:
+        self.spans = sorted(spans, key=lambda s: s.start_time)
+        self.by_id = {span.context.span_id: span for span in self.spans}
+        self.children: dict[int, list[Any]] = defaultdict(list)
+        for span in self.spans:
+            parent = span.parent.span_id if span.parent is not None else None
+            if parent is None:  # a long run's epoch that begins a trace of its own
+                named = (span.attributes or {}).get(semconv.PARENT_SPAN_ID)
+                parent = int(named, 16) if isinstance(named, str) else None
+            if parent is not None:
+                self.children[parent].append(span)
+        ended = [s for s in self.spans if s.end_time is not None]
+        steps = [s for s in ended if s.name == semconv.STEP] or [
+            s for s in ended if s.name == semconv.BATCH
+        ]
+        self.steps: list[Step] = []
+        previous_epoch: Any = object()
+        for number, span in enumerate(steps):
+            epoch = self.enclosing(span, semconv.EPOCH)
+            self.steps.append(Step(number, span, epoch, epoch is not previous_epoch))
+            previous_epoch = epoch
+        self._starts = [step.span.start_time for step in self.steps]
+        self._span_starts = [span.start_time for span in self.spans]
+        self._parts: dict[int, dict[str, int]] = {}  # by step number: read by several figures
+
+    def parent(self, span: Any) -> Any:
+        if span.parent is not None:
+            return self.by_id.get(span.parent.span_id)
+        named = (span.attributes or {}).get(semconv.PARENT_SPAN_ID)
+        return self.by_id.get(int(named, 16)) if isinstance(named, str) else None
+
+    def started_within(self, start_ns: int, end_ns: int) -> list[Any]:
+        """The spans that began in [start_ns, end_ns], in start order."""
+        low = bisect.bisect_left(self._span_starts, start_ns)
+        high = bisect.bisect_right(self._span_starts, end_ns)
+        return self.spans[low:high]
+
+    def enclosing(self, span: Any, name: str) -> Any:
+        """The nearest ancestor of ``span`` named ``name``, or None."""
+        above = self.parent(span)
+        while above is not None:
+            if above.name == name:
+                return above
+            above = self.parent(above)
+        return None
+
+    def descendants(self, span: Any) -> Iterator[Any]:
+        stack = list(self.children[span.context.span_id])
+        while stack:
+            child = stack.pop()
+            yield child
+            stack.extend(self.children[child.context.span_id])
+
+    def step_at(self, span: Any, time_ns: int) -> Step | None:
+        """The step ``span`` is in (or is), else the step running at ``time_ns``."""
+        above = span
+        while above is not None:
+            if above.name in (semconv.STEP, semconv.BATCH):
+                for step in self._around(above.start_time):
+                    if step.span is above:
+                        return step
+            above = self.parent(above)
+        position = bisect.bisect_right(self._starts, time_ns) - 1
+        if position >= 0:
+            step = self.steps[position]
+            if step.span.end_time is not None and time_ns <= step.span.end_time:
+                return step
+        return None
+
+    def _around(self, start_ns: int) -> list[Step]:
+        low = bisect.bisect_left(self._starts, start_ns)
+        high = bisect.bisect_right(self._starts, start_ns)
+        return self.steps[low:high]
+
+    def parts(self, step: Step) -> dict[str, int]:
+        """Nanoseconds of ``step`` in each part (``STEP_PARTS``) and in ``other``; each
+        interval counted once (a part's time excludes the parts nested in it)."""
+        known = self._parts.get(step.number)
+        if known is not None:
+            return known
+        totals = dict.fromkeys((*semconv.STEP_PARTS, OTHER), 0)
+
+        def walk(span: Any, current: str | None) -> None:
+            for child in self.children[span.context.span_id]:
+                name = child.name
+                if name in totals and name != OTHER and name != current:
+                    took = duration_ns(child)
+                    totals[name] += took
+                    if current is not None:
+                        totals[current] -= took
+                    walk(child, name)
+                else:
+                    walk(child, current)
+
+        walk(step.span, None)
+        ns = (step.span.attributes or {}).get(semconv.DATA_LOAD_NS)
+        if isinstance(ns, int) and not isinstance(ns, bool):  # ci.batches over a DataLoader
+            totals[semconv.DATA_LOAD] += ns
+        inside = sum(totals[part] for part in semconv.STEP_PARTS)
+        totals[OTHER] = max(step.wall_ns - inside, 0)
+        self._parts[step.number] = totals
+        return totals
+
+    def measures_waiting(self, step: Step) -> bool:
+        """Whether ``step`` records its wait for data (a ``data_load`` in it, or its
+        ``data_load_ns``): Keras on TensorFlow does not."""
+        if semconv.DATA_LOAD_NS in (step.span.attributes or {}):
+            return True
+        return any(span.name == semconv.DATA_LOAD for span in self.descendants(step.span))
+
+    def waiting_ns(self, step: Step) -> int:
+        """Nanoseconds of ``step`` spent waiting for its data."""
+        return min(self.parts(step)[semconv.DATA_LOAD], step.wall_ns)

@@ -1,0 +1,175 @@
+"""`cirron show --diagnose` and `cirron runs` on runs whose answers are known.
+
+Each run is tests/scripts/known_run.py with one thing made to happen (a data wait, an
+exception at step 4, a loss that turns NaN at step 6, ...); the script measures its own share
+of time in ``next(iterator)``, and the finding must agree with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import clean_environment
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+KNOWN_RUN = Path(__file__).parent / "scripts" / "known_run.py"
+
+
+def known_run(directory: Path, *flags: str, **environment: str) -> dict[str, float]:
+    """Run the script into ``directory``'s spool; its own measurements."""
+    directory.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [str(BIN / "python"), str(KNOWN_RUN), *flags],
+        cwd=directory, env=clean_environment(**environment), capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+    lines = result.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+
+
+def cirron(directory: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "cirron"), *arguments], cwd=directory, env=clean_environment(),
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def findings(directory: Path, *arguments: str) -> list[tuple[str, str]]:
+    """(severity, sentence) of each finding ``show --diagnose`` prints."""
+    result = cirron(directory, "show", "--diagnose", *arguments)
+    assert result.returncode == 0, result.stderr
+    return re.findall(r"^(error|warning|info) +(.*)$", result.stdout, re.M)
+
+
+def about(found: list[tuple[str, str]], words: str) -> tuple[str, str]:
+    matching = [finding for finding in found if words in finding[1]]
+    assert len(matching) == 1, (words, found)
+    return matching[0]
+
+
+def share_said(found: list[tuple[str, str]]) -> float:
+    severity, text = about(found, "waiting for data")
+    match = re.search(r"(\d+)% of step time is spent waiting for data", text)
+    assert match is not None, text
+    return int(match.group(1)) / 100
+
+
+@pytest.mark.parametrize(
+    ("fetch_ms", "compute_ms", "bound"),
+    [(20.0, 0.3, True), (5.0, 5.0, True), (0.0, 5.0, False)],
+    ids=["data-bound", "half-and-half", "compute-only"],
+)
+def test_the_input_share_is_the_share_the_loop_measured_itself(
+    tmp_path, fetch_ms, compute_ms, bound
+):
+    measured = known_run(
+        tmp_path, "--steps", "40", "--fetch-ms", str(fetch_ms), "--compute-ms", str(compute_ms)
+    )
+    found = findings(tmp_path)
+    said = share_said(found)
+    assert abs(said - measured["wait_share"]) <= 0.10, (said, measured)
+    severity, text = about(found, "waiting for data")
+    assert ("is input-bound" in text) is bound and ("not input-bound" in text) is not bound
+    assert severity == ("warning" if bound else "info")
+    if bound:
+        output = cirron(tmp_path, "show", "--diagnose").stdout
+        assert "num_workers" in output  # what to do next
+
+
+def test_an_exception_at_step_4_is_the_first_thing_said(tmp_path):
+    known_run(tmp_path, "--raise-at", "4")
+    found = findings(tmp_path)
+    assert found[0][0] == "error"
+    assert "failed in `forward` of step 4: RuntimeError: boom at step 4" in found[0][1]
+    heading = cirron(tmp_path, "show", "--diagnose").stdout.splitlines()[0]
+    assert heading.endswith("failed") and "5 steps" in heading
+    listing = cirron(tmp_path, "runs").stdout
+    assert listing.splitlines()[1].rstrip().endswith("failed")
+
+
+def test_a_loss_that_turns_nan_at_step_6_is_found_from_step_6(tmp_path):
+    known_run(tmp_path, "--nan-at", "6", "--steps", "20")
+    severity, text = about(findings(tmp_path), "loss became nan")
+    assert severity == "error"
+    assert "at step 6: 14 of its 20 values are not finite" in text
+
+
+def test_steps_the_grad_scaler_skipped_are_counted_with_the_loss_scale(tmp_path):
+    known_run(tmp_path, "--skip-at", "3", "7", "--steps", "20")
+    severity, text = about(findings(tmp_path), "GradScaler skipped")
+    assert "skipped 2 of 20 optimizer steps (the first at step 3, the last at step 7" in text
+    assert "loss scale 512 then" in text
+    assert severity == "info"  # a few early ones: the scale settling
+
+
+def test_slow_steps_leave_out_the_warm_up_steps_and_say_so(tmp_path):
+    known_run(tmp_path, "--epochs", "2", "--steps", "20", "--slow-at", "0", "20", "7", "33")
+    severity, text = about(findings(tmp_path), "took more than 3x the median")
+    assert "2 step(s)" in text and "steps 7, 33" in text
+    assert "first step of the run and of each epoch are warm-up" in text
+
+
+def test_a_loss_that_does_not_decrease_is_said_and_a_falling_one_is_not(tmp_path):
+    known_run(tmp_path / "flat", "--flat-loss", "--steps", "40")
+    severity, text = about(findings(tmp_path / "flat"), "did not decrease")
+    assert severity == "warning" and "loss" in text
+    known_run(tmp_path / "falling", "--steps", "60", "--compute-ms", "0.5")
+    assert not [f for f in findings(tmp_path / "falling") if "did not decrease" in f[1]]
+
+
+def test_a_stall_between_epochs_is_a_long_gap(tmp_path):
+    known_run(tmp_path, "--epochs", "2", "--steps", "10", "--pause-s", "0.4")
+    severity, text = about(findings(tmp_path), "long gap")
+    assert severity == "warning"
+    assert re.search(r"4\d\dms between steps 9 and 10 \(nothing recorded: a stall\)", text)
+
+
+def test_runs_in_one_folder_are_runs_and_the_latest_is_read_by_default(tmp_path):
+    known_run(tmp_path, "--raise-at", "2")  # run 1: failed
+    known_run(tmp_path, "--steps", "12")  # run 2: fine
+    listing = cirron(tmp_path, "runs")
+    rows = listing.stdout.splitlines()[1:]
+    assert len(rows) == 2
+    assert rows[0].rstrip().endswith("failed") and rows[1].rstrip().endswith("ok")
+    assert re.search(r"\b12\s+ok$", rows[1])
+
+    latest = cirron(tmp_path, "show", "--diagnose")
+    assert "2 runs in" in latest.stderr and "this is run 2 (the latest)" in latest.stderr
+    assert "failed" not in latest.stdout
+    assert "slowest rank" not in latest.stdout  # two runs are not two ranks
+
+    first = cirron(tmp_path, "show", "--diagnose", "--run", "1").stdout
+    assert "the run failed in `forward` of step 2" in first
+    run_id = rows[0].split()[1]
+    assert cirron(tmp_path, "show", "--diagnose", "--run", run_id[:6]).stdout == first
+    both = cirron(tmp_path, "show", "--diagnose", "--run", "all").stdout
+    assert both.count("\nrun ") + both.startswith("run ") == 2
+
+    tree = cirron(tmp_path, "show").stdout
+    assert tree.count("cirron.session") == 1
+    wrong = cirron(tmp_path, "show", "--run", "9")
+    assert wrong.returncode == 2 and "--run '9' names no run" in wrong.stderr
+
+
+def test_the_ranks_of_one_run_are_one_run(tmp_path):
+    for rank in ("0", "1"):
+        known_run(tmp_path, "--steps", "10", RANK=rank, CIRRON_RUN_ID="one-run")
+    rows = cirron(tmp_path, "runs").stdout.splitlines()[1:]
+    assert len(rows) == 1 and "rank 0, rank 1" in rows[0]
+    output = cirron(tmp_path, "show", "--diagnose").stdout
+    assert "rank 0: " in output and "rank 1: " in output
+    assert "The slowest rank is rank" in output
+
+
+def test_small_and_large_numbers_keep_their_digits_in_the_tree(tmp_path):
+    known_run(tmp_path, "--steps", "3", "--mark", "lr", "4e-05", "--mark", "tiny", "1.2345e-07")
+    tree = cirron(tmp_path, "show").stdout
+    assert "lr=4e-05" in tree and "tiny=1.23e-07" in tree
+    assert "lr=0" not in tree and "tiny=0" not in tree
