@@ -112,7 +112,7 @@ def test_steps_the_grad_scaler_skipped_are_counted_with_the_loss_scale(tmp_path)
 def test_slow_steps_leave_out_the_warm_up_steps_and_say_so(tmp_path):
     known_run(tmp_path, "--epochs", "2", "--steps", "20", "--slow-at", "0", "20", "7", "33")
     severity, text = about(findings(tmp_path), "took more than 3x the median")
-    assert "2 step(s)" in text and "steps 7, 33" in text
+    assert "2 steps took" in text and "steps 7, 33; the slowest" in text
     assert "first step of the run and of each epoch are warm-up" in text
 
 

@@ -66,6 +66,7 @@ NOT_NAMES = {
     ("cirron/offline/findings.py", "eval"): "a prefix of a mark's name",
     ("cirron/offline/findings.py", "test"): "a prefix of a mark's name",
     ("cirron/offline/findings.py", "epoch"): "a prefix of a mark's name",
+    ("cirron/offline/step_findings.py", "step"): "a word of a finding's sentence",
 }
 # Calls that write a span, attribute or event name as their first argument.
 WRITERS = {"open_span", "open_on", "open_hook", "begin_pass", "record_on", "set_attribute",

@@ -30,3 +30,7 @@ def ms(ns: float) -> str:
 def steps_named(steps: list[Step]) -> str:
     shown = ", ".join(str(step.number) for step in steps[:SHOWN])
     return shown + (f" and {len(steps) - SHOWN} more" if len(steps) > SHOWN else "")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")

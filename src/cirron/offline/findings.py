@@ -27,7 +27,7 @@ from typing import Any
 from ..exporters.lines import format_value
 from ..otel import semconv
 from . import step_findings
-from .finding import ERROR, INFO, SEVERITIES, WARNING, Finding, ms
+from .finding import ERROR, INFO, SEVERITIES, WARNING, Finding, ms, plural
 from .runs import Process, Run
 from .steps import Timeline, is_error, span_id
 
@@ -106,7 +106,7 @@ def _failures(who: str, timeline: Timeline) -> list[Finding]:
     return [
         Finding(
             WARNING,
-            f"{who}{len(failed)} span(s) ended in an error and the run went on; the first "
+            f"{who}{plural(len(failed), 'span')} ended in an error and the run went on; the first "
             f"raised in {where}: {what}.",
             f"open span {span_id(origin)} to see the traceback; the run caught this error",
             "step-times",

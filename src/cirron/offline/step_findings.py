@@ -8,7 +8,7 @@ from typing import Any
 
 from ..exporters.lines import format_value
 from ..otel import semconv
-from .finding import INFO, SHOWN, WARNING, Finding, ms, steps_named
+from .finding import INFO, SHOWN, WARNING, Finding, ms, plural, steps_named
 from .steps import Timeline, duration_ns, span_id
 
 INPUT_BOUND = 0.2  # this share of step time waiting for data or more: input-bound
@@ -104,18 +104,31 @@ def slow_steps(who: str, timeline: Timeline) -> list[Finding]:
     if not slow:
         return []
     slowest = max(slow, key=lambda s: s.wall_ns)
+    lost = sum(step.wall_ns - median for step in slow)
+    wall = sum(step.wall_ns for step in timeline.steps)
+    which = (
+        f"step {slowest.number}, {ms(slowest.wall_ns)}"
+        if len(slow) == 1
+        else f"steps {steps_named(slow)}; the slowest, step {slowest.number}, took "
+        f"{ms(slowest.wall_ns)}"
+    )
     return [
         Finding(
-            WARNING if len(slow) > len(counted) * 0.05 else INFO,
-            f"{who}{len(slow)} step(s) took more than {SLOW_FACTOR:g}x the median step "
-            f"({ms(median)}): steps {steps_named(slow)}; the slowest, step "
-            f"{slowest.number}, took {ms(slowest.wall_ns)}. The first step of the run and of "
-            "each epoch are warm-up and not counted.",
+            # Worth a look when they cost a tenth of the run's step time.
+            WARNING if lost > 0.1 * wall and len(counted) >= 20 else INFO,
+            f"{who}{plural(len(slow), 'step')} took more than {SLOW_FACTOR:g}x the median step "
+            f"({ms(median)}): {which}. The first step of the run and of each epoch are warm-up "
+            "and not counted.",
             f"open the slowest (span {span_id(slowest.span)}) and compare its parts with a "
             "normal step's: a data_load is a slow batch, a long `other` is work outside the "
             "hooks (logging, a sync, garbage collection)",
             "step-times",
-            {"slow": len(slow), "median_ns": median, "slow_steps": [s.number for s in slow]},
+            {
+                "slow": len(slow),
+                "median_ns": median,
+                "lost_ns": lost,
+                "slow_steps": [s.number for s in slow],
+            },
             [span_id(s.span) for s in slow[:SHOWN]],
         )
     ]
@@ -146,7 +159,7 @@ def gaps(who: str, timeline: Timeline) -> list[Finding]:
     return [
         Finding(
             WARNING if stalls else INFO,
-            f"{who}{len(gaps)} long gap(s) between steps: " + "; ".join(described) + ".",
+            f"{who}{plural(len(gaps), 'long gap')} between steps: " + "; ".join(described) + ".",
             "a stall with nothing recorded is work outside any hook: wrap it in "
             "`ci.scope(...)` to see it"
             if stalls
