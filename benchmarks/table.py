@@ -93,3 +93,41 @@ def print_table(rows: list[Row], reference_name: str) -> None:
     for row in rows:
         if row.note:
             print(f"{row.operation.strip()}: {row.note}")
+
+
+def _cell(text: str) -> str:
+    """A markdown table cell: the pipe escaped, leading spaces (a sub-row's indent) made visible."""
+    stripped = text.lstrip(" ")
+    indent = "&nbsp;&nbsp;" if len(stripped) < len(text) else ""
+    return indent + stripped.replace("|", "\\|")
+
+
+def markdown_table(rows: list[Row], reference_name: str) -> str:
+    """The rows as a markdown table, for the documentation site.
+
+    The baseline's and the reference SDK's columns are left out when no row has such a figure
+    (the reference was not installed); the notes follow the table.
+    """
+    with_baseline = any(row.baseline is not None for row in rows)
+    with_reference = any(row.reference is not None for row in rows)
+    header = ["operation", "cirron", "spread"]
+    header += ["baseline (same run)", "baseline", "ratio"] if with_baseline else []
+    header += [reference_name, "ratio"] if with_reference else []
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        cells = [
+            _cell(row.operation),
+            _format(row.ours, row.unit),
+            "" if row.spread is None else "±" + _format(row.spread, row.unit),
+        ]
+        if with_baseline:
+            cells += [
+                _cell(row.baseline_name or "-"),
+                _format(row.baseline, row.unit),
+                _ratio(row.ours, row.baseline),
+            ]
+        if with_reference:
+            cells += [_format(row.reference, row.unit), _ratio(row.ours, row.reference)]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [f"- {row.operation.strip()}: {row.note}" for row in rows if row.note]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"

@@ -9,6 +9,8 @@ OTEL_EXPORTER_OTLP_ENDPOINT is set (see docker-compose.yml for Jaeger).
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import torch
 from torch import nn
@@ -31,7 +33,7 @@ def main() -> None:
     parser.add_argument("--output", default="spool", help="spool, log, stdout or none")
     args = parser.parse_args()
 
-    ci.profile(output=args.output)  # the one line
+    handle = ci.profile(output=args.output)  # the one line
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -56,13 +58,20 @@ def main() -> None:
             )
         ci.mark("val_accuracy", correct / 64, kind="summary")  # lands on the epoch
 
-    ci.flush()
+    ci.shutdown()  # the run is over: every span ends and is written
     print(ci.trace())
-    health = ci.health()
+    health = handle.health()
     print(
         f"\n{health['spans_ended']} spans recorded, {health['spans_exported']} exported, "
         f"{health['spans_dropped']} dropped; sinks: {', '.join(health['sinks']) or 'none'}"
     )
+    if "spool" in health["sinks"]:
+        cirron = os.path.relpath(os.path.join(os.path.dirname(sys.executable), "cirron"))
+        print(
+            f"The spool is in {os.path.join(handle.settings.path, 'spool')}/: "
+            f"`{cirron} show --diagnose` says what it found, "
+            f"`{cirron} report -o report.html` draws it."
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh machine: a virtualenv in .venv with the package (editable),
 # pinned by constraints.txt.
-#   bash scripts/setup.sh demo   torch and the package: what examples/train_torch.py needs
+#   bash scripts/setup.sh demo   torch, NumPy, plotly and the package: what the demo and the
+#                                commands it suggests need
 #   bash scripts/setup.sh        everything the tests need (test tools, transformers, ...)
 # Re-runs are fast: nothing is reinstalled while pyproject.toml, constraints.txt and this
 # script are unchanged (a full set-up also serves the demo).
@@ -24,7 +25,8 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # torch first and alone: the pinned CPU wheel; an unpinned torch would pull CUDA.
 "${pip[@]}" install -c constraints.txt "torch==2.13.0"
 if [ "$profile" = demo ]; then
-    "${pip[@]}" install -c constraints.txt -e .
+    # NumPy with torch (torch warns at import without it) and the report's plotting library.
+    "${pip[@]}" install -c constraints.txt -e ".[torch,report]"
 else
     "${pip[@]}" install -c constraints.txt -e ".[test]"
 fi
@@ -36,5 +38,10 @@ if [ "$profile" != demo ] && ! command -v chromium >/dev/null 2>&1; then
         { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } ||
             echo "could not install chromium: the browser test will be skipped" >&2
     fi
+fi
+if [ "$profile" != demo ]; then
+    # Arize Phoenix, the LLM-aware backend of the inference test, in a venv of its own (its
+    # dependencies clash with the frameworks'); idempotent, about a minute the first time.
+    bash scripts/phoenix-venv.sh || echo "could not set up Phoenix: its test will be skipped" >&2
 fi
 echo "$wanted" > "$VENV/.cirron-setup-$profile"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, format check, types, then every test (slow ones included).
+# The whole test suite: lint, format check, types, the docs build, then every test (slow ones
+# included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check src tests benchmarks examples
-.venv/bin/ruff format --check src tests benchmarks examples
+.venv/bin/ruff check src tests benchmarks examples docs/*.py
+.venv/bin/ruff format --check src tests benchmarks examples docs/*.py  # not docs/*.md: aligned comments
 .venv/bin/mypy
+# The documentation site, strictly: a broken link or a warning fails (docs/, mkdocs.yml).
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir .site
 exec .venv/bin/python -m pytest -q "$@"

@@ -49,10 +49,38 @@ parser understands the format of the pinned version::
 
 A string value may run over several lines (an exception's stack trace); the
 lines that follow it, up to the next line of the format, belong to it.
+
+``OtlpReceiver(debug_log=("traces", "metrics"))`` also prints every metric it receives,
+exemplars included, and :func:`parse_metrics` reads them back (``receiver.metrics()``)::
+
+    ResourceMetrics #0
+    Resource attributes:
+         -> service.name: Str(train)
+    ScopeMetrics #0
+    InstrumentationScope cirron 0.1.0
+    Metric #0
+    Descriptor:
+         -> Name: loss
+         -> Unit:
+         -> DataType: Histogram
+    HistogramDataPoints #0
+    Data point attributes:
+         -> phase: Str(train)
+    StartTimestamp: 1795679534073340950
+    Timestamp: 1795679534073699866
+    Count: 1
+    Sum: 0.5
+    Exemplars:
+    Exemplar #0
+         -> Trace ID: 1234567890abcdef1234567890abcdef
+         -> Span ID: 1122334455667788
+         -> Timestamp: 1795679534073167998
+         -> Value: 0.5
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -68,7 +96,14 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["OtlpReceiver", "free_port", "parse_spans", "parse_value", "rotel_binary"]
+__all__ = [
+    "OtlpReceiver",
+    "free_port",
+    "parse_metrics",
+    "parse_spans",
+    "parse_value",
+    "rotel_binary",
+]
 
 
 def rotel_binary() -> str:
@@ -112,6 +147,7 @@ class OtlpReceiver:
         start_timeout: float = 10.0,
         verbosity: str = "detailed",
         forward_to: str | None = None,
+        debug_log: tuple[str, ...] = ("traces",),
     ) -> None:
         # "basic" prints a line per batch instead of every span (long runs); the
         # span parser needs "detailed".
@@ -119,6 +155,7 @@ class OtlpReceiver:
         # The gRPC endpoint of a next hop (another collector): rotel exports there
         # instead of dropping what it received (a collector per node, then a gateway).
         self.forward_to = forward_to
+        self.debug_log = debug_log  # what rotel prints: traces, metrics, logs
         self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="rotel-")
         os.makedirs(self.directory, exist_ok=True)
@@ -176,7 +213,7 @@ class OtlpReceiver:
                  "--otlp-exporter-protocol", "grpc"]
                 if self.forward_to else ["--exporter", "blackhole"]
             ),
-            "--debug-log", "traces",
+            *(option for kind in self.debug_log for option in ("--debug-log", kind)),
             "--debug-log-verbosity", self.verbosity,
             "--pid-file", self.pid_file,
             "--log-file", self.log_file,
@@ -270,6 +307,14 @@ class OtlpReceiver:
     def spans(self) -> list[dict[str, Any]]:
         return parse_spans(self.text())
 
+    def metrics(self) -> list[dict[str, Any]]:
+        """The metric data points received (with ``debug_log`` holding ``metrics``)."""
+        return parse_metrics(self.text())
+
+    def span_id_counts(self) -> collections.Counter[str]:
+        """How many times each span id arrived (cheap on hundreds of thousands of spans)."""
+        return collections.Counter(_SPAN_ID.findall(self.text()))
+
     def wait_for(
         self, predicate: Callable[[str], bool], timeout: float = 10.0, interval: float = 0.05
     ) -> str:
@@ -327,6 +372,7 @@ class OtlpReceiver:
 # -- parsing the debug text --------------------------------------------------------
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_SPAN_ID = re.compile(r"^\s+ID\s+: ([0-9a-f]{16})\s*$", re.MULTILINE)
 _LOG_LINE = re.compile(
     r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?\s+(TRACE|DEBUG|INFO|WARN|ERROR)\b"
 )
@@ -465,7 +511,12 @@ def parse_spans(text: str) -> list[dict[str, Any]]:
         else:
             target[key] = raw
 
+    in_metrics = False  # a ResourceMetrics block (debug_log with metrics): none of the spans'
     for line in text.splitlines():
+        if line.startswith(("ResourceMetrics #", "ResourceSpans #")):
+            in_metrics = line.startswith("ResourceMetrics")
+        if in_metrics:
+            continue
         if pending is not None and not _structural(line):
             pending[2] += "\n" + line  # a string value over several lines
             continue
@@ -566,3 +617,101 @@ def parse_spans(text: str) -> list[dict[str, Any]]:
         pending = [target, key, raw, True]
     finish_pending()
     return spans
+
+
+_METRIC_HEADER = re.compile(
+    r"^(ResourceMetrics|ScopeMetrics|Metric|NumberDataPoints|HistogramDataPoints"
+    r"|ExponentialHistogramDataPoints|SummaryDataPoints|Exemplar|ResourceSpans) #(\d+)\s*$"
+)
+_POINT_FIELD = re.compile(r"^(StartTimestamp|Timestamp|Count|Sum|Min|Max|Value): (.*)$")
+
+
+def _number(text: str) -> Any:
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def parse_metrics(text: str) -> list[dict[str, Any]]:
+    """Every metric data point in rotel's debug text (``--debug-log metrics``), in order.
+
+    Each point: ``name``, ``unit``, ``type`` (``Histogram``, ``Sum``, ``Gauge``, ...),
+    ``attributes``, ``start_ns``, ``time_ns``, ``value`` (sums and gauges), ``count``,
+    ``sum``, ``min``, ``max`` (histograms), ``exemplars`` (``trace_id``, ``span_id``,
+    ``time_ns``, ``value``), ``resource`` (attributes) and ``scope`` (``name``).
+    """
+    points: list[dict[str, Any]] = []
+    resource: dict[str, Any] = {}
+    scope: dict[str, Any] = {}
+    metric: dict[str, Any] = {}
+    point: dict[str, Any] | None = None
+    exemplar: dict[str, Any] | None = None
+    section = ""  # resource | descriptor | point-attributes | exemplar | spans (not ours)
+    for line in text.splitlines():
+        header = _METRIC_HEADER.match(line)
+        if header:
+            kind = header.group(1)
+            if kind == "ResourceSpans":
+                section = "spans"
+            elif kind == "ResourceMetrics":
+                resource, section = {}, ""
+            elif kind == "ScopeMetrics":
+                scope, section = {}, ""
+            elif kind == "Metric":
+                metric, point, section = {"name": None, "unit": "", "type": None}, None, ""
+            elif kind == "Exemplar" and point is not None:
+                exemplar = {"trace_id": None, "span_id": None, "time_ns": None, "value": None}
+                point["exemplars"].append(exemplar)
+                section = "exemplar"
+            elif kind.endswith("DataPoints"):
+                point = {
+                    **{k: metric.get(k) for k in ("name", "unit", "type")},
+                    "attributes": {}, "exemplars": [], "resource": dict(resource),
+                    "scope": dict(scope),
+                }  # fmt: skip
+                points.append(point)
+                section = ""
+            continue
+        if section == "spans" or _LOG_LINE.match(line):
+            continue
+        if line.startswith("Resource attributes:"):
+            section = "resource"
+        elif line.startswith("InstrumentationScope"):
+            parts = line.split(None, 2)[1:]
+            scope["name"] = parts[0] if parts else ""
+        elif line.startswith("Descriptor:"):
+            section = "descriptor"
+        elif line.startswith("Data point attributes:"):
+            section = "point-attributes"
+        elif line.startswith("Exemplars:"):
+            section = "exemplar"
+        elif (field := _POINT_FIELD.match(line)) and point is not None:
+            name, value = field.group(1), field.group(2)
+            key = {"StartTimestamp": "start_ns", "Timestamp": "time_ns"}.get(name, name.lower())
+            point[key] = _number(value)
+        elif arrow := _ARROW.match(line):
+            body = arrow.group(2)
+            key, _, value = body.partition(": ")
+            key, value = (key.rstrip(":"), value.strip()) if _ else (body.rstrip(":"), "")
+            if section == "descriptor":
+                field_name = {"Name": "name", "Unit": "unit", "DataType": "type"}.get(key)
+                if field_name:
+                    metric[field_name] = value
+            elif section == "exemplar" and exemplar is not None:
+                if key == "Trace ID":
+                    exemplar["trace_id"] = value or None
+                elif key == "Span ID":
+                    exemplar["span_id"] = value or None
+                elif key == "Timestamp":
+                    exemplar["time_ns"] = _number(value)
+                elif key == "Value":
+                    exemplar["value"] = _number(value)
+            elif section in ("resource", "point-attributes") and (pair := _KEY_VALUE.match(body)):
+                target = resource if section == "resource" else (point or {})["attributes"]
+                try:
+                    target[pair.group(1)] = parse_value(pair.group(2))
+                except ValueError:
+                    target[pair.group(1)] = pair.group(2)
+    return points

@@ -143,7 +143,7 @@ def test_runs_in_one_folder_are_runs_and_the_latest_is_read_by_default(tmp_path)
     latest = cirron(tmp_path, "show", "--diagnose")
     assert "2 runs in" in latest.stderr and "this is run 2 (the latest)" in latest.stderr
     assert "failed" not in latest.stdout
-    assert "slowest rank" not in latest.stdout  # two runs are not two ranks
+    assert "was the slowest in" not in latest.stdout  # two runs are not two ranks
 
     first = cirron(tmp_path, "show", "--diagnose", "--run", "1").stdout
     assert "the run failed in `forward` of step 2" in first
@@ -165,7 +165,7 @@ def test_the_ranks_of_one_run_are_one_run(tmp_path):
     assert len(rows) == 1 and "rank 0, rank 1" in rows[0]
     output = cirron(tmp_path, "show", "--diagnose").stdout
     assert "rank 0: " in output and "rank 1: " in output
-    assert "The slowest rank is rank" in output
+    assert re.search(r"rank \d was the slowest in \d+% of 10 steps", output)
 
 
 def test_small_and_large_numbers_keep_their_digits_in_the_tree(tmp_path):
@@ -173,3 +173,16 @@ def test_small_and_large_numbers_keep_their_digits_in_the_tree(tmp_path):
     tree = cirron(tmp_path, "show").stdout
     assert "lr=4e-05" in tree and "tiny=1.23e-07" in tree
     assert "lr=0" not in tree and "tiny=0" not in tree
+
+
+def test_host_memory_that_grows_40_mb_an_epoch_is_said_with_its_rate(tmp_path):
+    known_run(tmp_path, "--epochs", "6", "--steps", "8", "--compute-ms", "0.5", "--leak-mb", "40")
+    severity, text = about(findings(tmp_path), "crept up")
+    assert severity == "warning" and text.startswith("host memory (RSS) crept up")
+    rate = float(re.search(r"crept up ([0-9.]+) MB an epoch over 6 epochs", text).group(1))
+    assert 36 <= rate <= 44
+
+
+def test_memory_that_stays_flat_is_not_called_a_creep(tmp_path):
+    known_run(tmp_path, "--epochs", "6", "--steps", "8", "--compute-ms", "0.5")
+    assert not [text for _severity, text in findings(tmp_path) if "crept up" in text]

@@ -13,6 +13,7 @@ import itertools
 import pytest
 
 import cirron as ci
+from cirron.instrumentors import torch_memory
 from cirron.recording.scopes import Scope
 
 torch = pytest.importorskip("torch")
@@ -86,6 +87,8 @@ def test_cuda_scopes_get_gpu_ns_without_waiting_on_the_stream(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "_initialized", True)  # what is_initialized() reads first
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    # The per-step memory probe reads the allocator: a CUDA that is only pretended has none.
+    monkeypatch.setattr(torch_memory, "cuda_peaks", lambda: {})
     ci.profile(output="spool", frameworks=["torch"])
     FakeEvent.synchronized = 0
     train_a_few_steps()
@@ -132,7 +135,7 @@ def test_a_loss_marked_on_the_gpu_is_read_without_waiting_and_recorded_exactly()
         optimizer.step()
         ci.mark("loss", loss.detach().view(1))  # a [1]-shaped CUDA tensor
         losses.append(loss.item())
-    ci.flush()
+    ci.shutdown()  # the last step ends with the run (a step ends where the next one begins)
     steps = [s for s in ci.spool_spans() if s["name"] == "step"]
     marked = [e["attributes"][0]["value"]["doubleValue"] for s in steps for e in s["events"]]
     assert marked == pytest.approx(losses)

@@ -302,3 +302,34 @@ def test_a_hostile_mark_name_renders_as_text_in_the_browser(hostile, tmp_path):
     assert EVIL_TEXT in dom  # a title and the table head show the name as text
     # Plotly shows it as text too (the axis title), and once: not as "&lt;a" on the screen.
     assert re.search(r'class="ytitle"[^>]*>&lt;a href="x"&gt;evil', dom)
+
+
+# -- memory and CPU per step ---------------------------------------------------------------------
+LEAKING = """
+    import torch
+    import cirron as ci
+    ci.profile()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    kept = []
+    for epoch in range(3):
+        kept.append(b"\\x01" * (64 << 20))  # 64 MB more at each epoch, every page written
+        for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+def test_memory_per_step_shows_each_epochs_64_mb_as_a_stair(tmp_path):
+    charts = figures(report_of(tmp_path, LEAKING))
+    (rss,), layout = charts["resources"]
+    assert rss["hovertext"] == "host RSS" and rss["x"] == list(range(12))
+    by_epoch = [rss["y"][i * 4 : (i + 1) * 4] for i in range(3)]
+    assert 62 <= min(by_epoch[1]) - max(by_epoch[0]) <= 70  # MB
+    assert 62 <= min(by_epoch[2]) - max(by_epoch[1]) <= 70
+    assert [shape["x0"] for shape in layout["shapes"]] == [3.5, 7.5]  # where epochs begin
+    (cpu,), _layout = charts["cpu"]
+    assert len(cpu["y"]) == 12 and all(0 <= share <= 105 for share in cpu["y"])

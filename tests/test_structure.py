@@ -125,9 +125,11 @@ RANKS = {
     "cirron.registry": 1,  # framework facts
     "cirron.config": 2,  # the settings
     "cirron.exporters": 3,  # sinks and the spool's format
+    "cirron.metrics": 4,  # OpenTelemetry metrics from the spans, the system sampler
     "cirron.recording": 4,  # the hot path
     "cirron.training": 5,  # training moments
     "cirron.offline": 5,  # reading a trace after the fact
+    "cirron.inference": 5,  # ci.inference, LLM calls as GenAI spans, content capture
     "cirron.snapshots": 6,
     "cirron.instrumentors": 7,
     "face": 8,  # cirron, profiler, lifecycle, zero_code, wrap, __main__
@@ -165,3 +167,11 @@ def test_no_module_imports_from_a_package_above_its_own(name):
 def test_each_package_says_what_it_holds_and_what_it_may_import(package):
     doc = ast.get_docstring(ast.parse((SRC / package.split(".")[1] / "__init__.py").read_text()))
     assert doc and "May import" in doc, package
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n in MODULES if unit(n) not in ("cirron.metrics", "face")),
+)
+def test_only_the_face_imports_metrics_the_hot_path_never_records_one(name):
+    assert {m for m in imports_of(name) if m.startswith("cirron.metrics")} == set()

@@ -286,31 +286,6 @@ def test_two_hops_a_node_collector_forwarding_to_a_gateway_deliver_every_span_on
         gateway.stop()
 
 
-def test_a_fresh_venv_with_only_this_package_runs_zero_code(tmp_path):
-    """No framework, no distro installed by hand: the package brings its configurator."""
-    root = Path(__file__).resolve().parents[1]
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    install = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         "-c", str(root / "constraints.txt"), str(root)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert install.returncode == 0, install.stderr[-3000:]
-    (tmp_path / "job.py").write_text("print('TRAINED')\n")
-    result = subprocess.run(
-        [str(venv / "bin" / "opentelemetry-instrument"), str(venv / "bin" / "python"), "job.py"],
-        cwd=tmp_path,
-        env=clean_environment(OTEL_TRACES_EXPORTER="cirron_stdout"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "[cirron] cirron.session" in result.stdout
-    assert [s["name"] for s in spool_spans(str(tmp_path / ".cirron"))] == ["cirron.session"]
-
-
 def test_loading_the_entry_points_imports_no_framework(tmp_path):
     code = """
         import sys

@@ -12,15 +12,17 @@ Regions and values of your own::
                 ...
             ci.mark("loss", loss.item())
 
-Read back with ``ci.trace()``; spans also go to ``./.cirron/spool/`` as
-OTLP/JSON and to any OTLP endpoint set in ``OTEL_EXPORTER_OTLP_ENDPOINT``.
+Read back with ``ci.trace()`` (and the metrics with ``ci.metrics()``); spans also go to
+``./.cirron/spool/`` as OTLP/JSON (metrics to ``./.cirron/metrics/``) and to any OTLP
+endpoint set in ``OTEL_EXPORTER_OTLP_ENDPOINT``.
 """
 
 from __future__ import annotations
 
 from .exporters.spool import read_spool, spool_spans
+from .inference import inference
 from .otel.version import __version__
-from .profiler import Profiler, flush, health, profile, shutdown, trace
+from .profiler import Profiler, flush, health, metrics, profile, shutdown, trace
 from .recording.marks import mark
 from .recording.scopes import Scope, scope
 from .snapshots.watch import watch
@@ -35,7 +37,9 @@ __all__ = [
     "epochs",
     "flush",
     "health",
+    "inference",
     "mark",
+    "metrics",
     "profile",
     "read_spool",
     "scope",

@@ -9,10 +9,11 @@ falls back to the default, as the OpenTelemetry SDK does.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,28 @@ SINK_NAMES = ("spool", "log", "stdout", "none")
 
 # ci.scope nesting deeper than this is not recorded (the user's code still runs).
 MAX_SCOPE_DEPTH = 64
+
+CAPTURE_KEYS = ("text", "tensors", "max_chars", "where")  # of capture=
+CAPTURE_FORMS = ("span", "event", "both")  # where captured text goes
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What inference spans record of a model's inputs and outputs (``capture=``).
+
+    Nothing by default. ``text``: prompts and completions as OpenTelemetry GenAI
+    messages, secrets redacted, each text cut to ``max_chars``, as span attributes
+    (``where="span"``), one span event (``"event"``) or ``"both"``. ``tensors``:
+    the shapes of inputs and outputs, never their values.
+    """
+
+    text: bool = False
+    tensors: bool = False
+    max_chars: int = 2048
+    where: str = "span"
+
+
+NO_CAPTURE = Capture()
 
 
 @dataclass(frozen=True)
@@ -47,6 +70,15 @@ class Settings:
     trace_split: int = 10000
     # (K, N): hook spans only for the first K steps of each epoch and every Nth after; None: all.
     step_sampling: tuple[int, int] | None = None
+    # OpenTelemetry metrics derived from the spans (marks, step times, counters) and a system
+    # sampler thread (CPU, memory, GPU); off: no metrics and no thread.
+    metrics: bool = True
+    # Seconds between system samples and between exports of cirron's own metric readers: per-step
+    # figures need sub-minute resolution, and a sample costs microseconds.
+    metrics_interval: float = 1.0
+    # What inference spans record of inputs and outputs (text, tensor shapes); None: not
+    # resolved by ci.profile() (a recorder of plain OpenTelemetry), the environment decides.
+    capture: Capture | None = None
     # The whole config= dict, for the user's own feature flags (Profiler.config).
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -92,6 +124,20 @@ def _step_sampling(name: str, value: Any) -> tuple[int, int]:
     return first, every
 
 
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+    return value
+
+
+def _flag_text(text: str) -> bool:
+    """``true``/``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``) of a variable."""
+    word = text.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError(f"not one of {', '.join(_TRUE + _FALSE)}")
+
+
 def _sample_rate(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number between 0 and 1, got {type(value).__name__}")
@@ -100,11 +146,20 @@ def _sample_rate(name: str, value: Any) -> float:
     return float(value)
 
 
+def closest(name: str, valid: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the valid name closest to ``name``, or ``''`` if none is."""
+    found = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return f"; did you mean {found[0]!r}?" if found else ""
+
+
 def _snapshots(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be one of {', '.join(SNAPSHOT_MODES)}; got {value!r}")
     if value not in SNAPSHOT_MODES:
-        raise ValueError(f"{name} must be one of {', '.join(SNAPSHOT_MODES)}; got {value!r}")
+        raise ValueError(
+            f"{name} must be one of {', '.join(SNAPSHOT_MODES)}; got {value!r}"
+            + closest(value, SNAPSHOT_MODES)
+        )
     return value
 
 
@@ -128,7 +183,10 @@ def _names(name: str, value: Any, valid: tuple[str, ...]) -> tuple[str, ...]:
         if not isinstance(item, str):
             raise TypeError(f"{name} must contain strings, got {item!r}")
         if item not in valid:
-            raise ValueError(f"invalid {name} value {item!r}; valid values are: {', '.join(valid)}")
+            raise ValueError(
+                f"invalid {name} value {item!r}; valid values are: {', '.join(valid)}"
+                + closest(item, valid)
+            )
     return tuple(dict.fromkeys(items))  # de-duplicated, in order
 
 
@@ -143,6 +201,84 @@ def _frameworks(name: str, value: Any) -> tuple[str, ...]:
 
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _capture(name: str, value: Any) -> Capture:
+    """``capture=``: a dict of :data:`CAPTURE_KEYS` (``True``: text and tensor shapes)."""
+    if isinstance(value, Capture):
+        return value
+    if isinstance(value, bool):
+        return Capture(text=value, tensors=value)
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"{name} must be a dict such as {{'text': True}}, or True/False; "
+            f"got {type(value).__name__}"
+        )
+    for key in value:
+        if key not in CAPTURE_KEYS:
+            raise ValueError(
+                f"invalid {name} key {key!r}; valid keys are: {', '.join(CAPTURE_KEYS)}"
+                + closest(str(key), CAPTURE_KEYS)
+            )
+    tensors = value.get("tensors", False)
+    where = value.get("where", NO_CAPTURE.where)
+    if where not in CAPTURE_FORMS:
+        raise ValueError(
+            f"{name}['where'] must be one of {', '.join(CAPTURE_FORMS)}; got {where!r}"
+        )
+    return Capture(
+        text=_flag(f"{name}['text']", value.get("text", False)),
+        tensors=_flag(f"{name}['tensors']", True if tensors == "shapes" else tensors),
+        max_chars=_positive_int(f"{name}['max_chars']", value.get("max_chars", 2048)),
+        where=where,
+    )
+
+
+def _capture_text(text: str) -> dict[str, Any]:
+    """``CIRRON_CAPTURE``: ``text,tensors,max_chars=500,where=event`` (``none``: nothing)."""
+    found: dict[str, Any] = {}
+    for part in _split(text):
+        key, has_value, value = (piece.strip() for piece in part.partition("="))
+        if not has_value:
+            if key.lower() not in ("none", *_FALSE):
+                found["tensors" if key == "shapes" else key] = True
+        else:
+            found[key] = int(value) if key == "max_chars" else value
+    return found
+
+
+# OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT's values (a boolean in older
+# instrumentations) and where each puts the text; None: no text.
+_GENAI_CONTENT = {"SPAN_ONLY": "span", "EVENT_ONLY": "event", "SPAN_AND_EVENT": "both",
+                  "NO_CONTENT": None}  # fmt: skip
+
+
+def _message_content_from_environment() -> Capture | None:
+    """Text capture as OpenTelemetry's GenAI variable turns it on (None: it does not)."""
+    variable = env.INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return None
+    if text.upper() in _GENAI_CONTENT:
+        where = _GENAI_CONTENT[text.upper()]
+    else:
+        try:
+            where = "span" if _flag_text(text) else None
+        except ValueError:
+            _warn_once(
+                variable,
+                f"cirron: ignoring {variable}={text!r} (not true, false, "
+                f"{', '.join(_GENAI_CONTENT)}); no text is captured",
+            )
+            return None
+    return Capture(text=True, where=where) if where is not None else None
+
+
+def capture_from_environment() -> Capture:
+    """``capture`` from the environment alone: ``CIRRON_CAPTURE``, else OpenTelemetry's
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, else nothing."""
+    found = _from_environment("capture")
+    return found or _message_content_from_environment() or NO_CAPTURE
 
 
 # setting -> (validator, environment variable, parse env text)
@@ -161,7 +297,48 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "spool_max_bytes": (_positive_int, env.CIRRON_SPOOL_MAX_BYTES, int),
     "trace_split": (_count, env.CIRRON_TRACE_SPLIT, int),
     "step_sampling": (_step_sampling, env.CIRRON_STEP_SAMPLING, str.strip),
+    "metrics": (_flag, env.CIRRON_METRICS, _flag_text),
+    "metrics_interval": (_positive_number, env.CIRRON_METRICS_INTERVAL, float),
+    "capture": (_capture, env.CIRRON_CAPTURE, _capture_text),
 }
+
+
+# Every CIRRON_* variable cirron reads (settings, and the platform's ids).
+KNOWN_VARIABLES = frozenset(
+    value for key, value in vars(env).items() if key.startswith("CIRRON_") and value
+)
+_warned: set[str] = set()
+
+
+def _warn_near_misses(config: Mapping[str, Any]) -> None:
+    """Warn once per name about ``CIRRON_*`` variables cirron does not read, and about
+    ``config=`` keys that are nearly the name of a setting (``flush_intervall``). Other
+    keys of ``config=`` are the program's own flags, and stay silent."""
+    for variable in sorted(os.environ):
+        if variable.startswith("CIRRON_") and variable not in KNOWN_VARIABLES:
+            _warn_once(
+                variable,
+                f"cirron: {variable} is not a variable cirron reads; it is ignored"
+                + closest(variable, KNOWN_VARIABLES),
+            )
+    settings = set(_RULES) | {"enabled"}
+    for key in config:
+        hint = closest(key, settings) if isinstance(key, str) and key not in settings else ""
+        if hint and difflib.SequenceMatcher(None, key, hint.split("'")[1]).ratio() >= 0.85:
+            _warn_once(
+                f"config:{key}",
+                f"cirron: config[{key!r}] is not a setting of cirron (kept as your own flag)"
+                + hint,
+            )
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        _log.warning("%s", message)
+
+
+SETTINGS = tuple(_RULES)  # every setting's name, as config= takes it
 
 
 def _from_environment(setting: str) -> Any:
@@ -205,8 +382,9 @@ def resolve(config: Mapping[str, Any] | None, enabled: Any, **arguments: Any) ->
         raise TypeError(f"config must be a dict, got {type(config).__name__}")
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
-    for unknown in set(arguments) - set(_RULES):
-        raise TypeError(f"unknown setting {unknown!r}")
+    for unknown in sorted(set(arguments) - set(_RULES)):
+        raise TypeError(f"unknown setting {unknown!r}" + closest(unknown, _RULES))
+    _warn_near_misses(config)
 
     resolved: dict[str, Any] = {}
     for setting, (validate, _variable, _parse) in _RULES.items():
@@ -218,6 +396,8 @@ def resolve(config: Mapping[str, Any] | None, enabled: Any, **arguments: Any) ->
             value = _from_environment(setting)
             if value is not None:
                 resolved[setting] = value
+    if "capture" not in resolved:  # OpenTelemetry's GenAI variable, below CIRRON_CAPTURE
+        resolved["capture"] = _message_content_from_environment() or NO_CAPTURE
     if "enabled" in config and enabled is True:
         if not isinstance(config["enabled"], bool):
             raise TypeError("config['enabled'] must be a bool")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Status, StatusCode, get_current_span
 
@@ -17,6 +19,8 @@ from . import config as config_module
 from . import exporters, lifecycle, registry, training
 from .config import Settings
 from .exporters.sinks import SinkWorker
+from .metrics import Recorded
+from .metrics import render as render_metrics
 from .offline import readback
 from .otel import provider, semconv, spans
 from .otel.health import Health
@@ -30,21 +34,28 @@ from .recording.scopes import close_with_error
 from .snapshots import capture as snapshots
 from .snapshots import jobs as snapshot_jobs
 
+if TYPE_CHECKING:
+    from .metrics import session as metrics_session
+
 _log = logging.getLogger("cirron")
 _lock = threading.RLock()
 _profiler: Profiler | None = None
 _last: Recorder | None = None  # the recorder of the last profiler, for ci.trace() after shutdown
+# The metrics of the last profiler, for ci.metrics() after shutdown (while _last is its recorder).
+_last_metrics: tuple[Recorder, Recorded] | None = None
 
 
 class Profiler:
-    """Handle on the running profiler: ``health()``, ``flush()``, ``trace()``, ``shutdown()``."""
+    """Handle on the running profiler: ``health()``, ``flush()``, ``trace()``, ``metrics()``,
+    ``shutdown()``."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.pid = os.getpid()
         self.instrumentors: dict[str, Any] = {}
         self.recorder = Recorder(enabled=False, health=Health(), settings=settings)
-        self.workers: list[SinkWorker] = []
+        self.workers: list[SinkWorker] = []  # the span sinks, and the metrics sink first
+        self.metrics_session: metrics_session.MetricsSession | None = None
         self.transport = "otlp" if exporters.endpoint_configured() else "file"
         self._provider: Any = None
         self._closed = False
@@ -85,6 +96,21 @@ class Profiler:
         self.workers = exporters.sink_workers(
             sinks, settings.path, max(1, settings.buffer_size // 2), health
         )
+        if settings.metrics:  # first among the sinks: it stops first, and closes beside them
+            from .exporters.otlp_metrics import metrics_endpoint_configured
+            from .metrics import session as metrics_session  # OpenTelemetry's metrics SDK
+
+            self.metrics_session = call_guarded(
+                "starting metrics",
+                metrics_session.MetricsSession,
+                settings,
+                health,
+                span_provider.resource,
+                metrics_endpoint_configured(),
+                max(1, settings.buffer_size // 2),
+            )
+            if self.metrics_session is not None:
+                self.workers.insert(0, self.metrics_session.worker)
         processor = RingBufferSpanProcessor(
             store,
             health,
@@ -152,6 +178,7 @@ class Profiler:
         report = self.recorder.health.snapshot()
         store = self.recorder.store
         spool = next((w.exporter for w in self.workers if w.name == "spool"), None)
+        metrics = self.metrics_session
         report.update(
             enabled=self.enabled and not self._closed,
             hooks=sorted(self.instrumentors),
@@ -159,7 +186,9 @@ class Profiler:
             sinks={
                 w.name: {"exported": w.exported, "dropped": w.dropped, "errors": w.errors}
                 for w in self.workers
+                if metrics is None or w is not metrics.worker
             },
+            metrics=metrics.health() if metrics is not None else {},
             spool_bytes=getattr(spool, "bytes_written", 0),
             spool_full=getattr(spool, "full", False),
             buffer_capacity=processor.capacity if processor else 0,
@@ -170,21 +199,58 @@ class Profiler:
         return report
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Export everything that has ended, now; returns False if a sink timed out."""
+        """Export everything that has ended, now; returns False if a sink timed out.
+
+        The provider's other processors too (the spool of ``opentelemetry-instrument``
+        is one), within the same ``timeout``.
+        """
         seconds = self.settings.exit_timeout if timeout is None else _timeout(timeout)
         processor = self.recorder.processor
         if processor is None or self._closed:
             return True
+        deadline = time.monotonic() + seconds
         snapshots.drain(seconds)  # snapshot spans still being finished end first
-        return processor.force_flush(int(seconds * 1000))
+        others = self._flush_others(processor, deadline)
+        flushed = processor.force_flush(int(max(0.0, deadline - time.monotonic()) * 1000))
+        if self.metrics_session is not None:  # after the spans: the metrics sink has them all now
+            flushed = (
+                bool(call_guarded("flushing metrics", self.metrics_session.flush, deadline))
+                and flushed
+            )
+        return not (others.wait(deadline) if others is not None else []) and flushed
+
+    def _flush_others(
+        self, processor: RingBufferSpanProcessor, deadline: float
+    ) -> provider.OthersFlush | None:
+        """Begin flushing the provider's other processors, once every span that ended was
+        built and handed to them (hook spans are built late, on the flush thread)."""
+
+        def begin() -> provider.OthersFlush:
+            processor.build_noted()
+            remaining = max(0.0, deadline - time.monotonic())
+            return provider.OthersFlush(self._provider, processor, remaining)
+
+        return call_guarded("flushing the provider's other processors", begin)
 
     def trace(self, format: str = "text", name: str | None = None, last: int | None = None) -> Any:
         """This profiler's spans; see :func:`cirron.trace`."""
         return readback.render(self.recorder if self.enabled else None, format, name, last)
 
-    def shutdown(self, interrupted: bool = False) -> None:
-        """Close the session, flush, stop the threads and clear the singleton."""
-        global _profiler, _last
+    def metrics(self, format: str = "df") -> Any:
+        """This profiler's metrics; see :func:`cirron.metrics`."""
+        return render_metrics(
+            self.metrics_session.recorded if self.metrics_session is not None else None, format
+        )
+
+    def shutdown(self, interrupted: bool = False, exiting: bool = False) -> None:
+        """Close the session, flush, stop the threads and clear the singleton.
+
+        The flush includes the provider's other processors (under
+        ``opentelemetry-instrument``, the configurator's), all within
+        ``exit_timeout``. ``exiting``: the process ends now, so exporters still
+        retrying after that are cut short rather than holding up the exit.
+        """
+        global _profiler, _last, _last_metrics
         with _lock:
             if self._closed:
                 return
@@ -208,11 +274,28 @@ class Profiler:
         self._end_open_spans(error=None, interrupted=interrupted)
         processor = self.recorder.processor
         if processor is not None:
-            processor.shutdown(self.settings.exit_timeout, interrupted=interrupted)
-            provider.remove_processor(self._provider, processor)
+            self._stop_exporting(processor, interrupted, exiting)
         _last = self.recorder
+        if self.metrics_session is not None:
+            _last_metrics = (self.recorder, self.metrics_session.recorded)
         if recorder.current is self.recorder:
             recorder.replace(None)
+
+    def _stop_exporting(
+        self, processor: RingBufferSpanProcessor, interrupted: bool, exiting: bool
+    ) -> None:
+        """Flush cirron's sinks and the provider's other processors side by side, in one
+        ``exit_timeout``; stop cirron's."""
+        timeout = self.settings.exit_timeout
+        deadline = time.monotonic() + timeout
+        others = self._flush_others(processor, deadline)
+        processor.shutdown(timeout, interrupted=interrupted)
+        provider.remove_processor(self._provider, processor)
+        if self.metrics_session is not None:  # its closing began when its sink stopped, first
+            call_guarded("closing metrics", self.metrics_session.close, deadline)
+        late = others.wait(deadline) if others is not None else []
+        if late and exiting:
+            provider.cut_short(self._provider, late, timeout)
 
     # -- exit paths -------------------------------------------------------------
     def _end_open_spans(
@@ -257,7 +340,7 @@ class Profiler:
         error = getattr(sys, "last_value", None)
         if isinstance(error, BaseException) and not hasattr(sys, "ps1"):
             self._mark_failed(error)
-        self.shutdown()
+        self.shutdown(exiting=True)
 
     def _mark_failed(self, error: BaseException) -> None:
         """Record ``error`` on every span still open (shutdown then ends them)."""
@@ -314,32 +397,53 @@ def profile(
     enabled: bool = True,
     path: str | None = None,
     output: str | list[str] | None = None,
+    metrics: bool | None = None,
+    capture: bool | dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> Profiler:
     """Attach the profiler to this process; call once.
 
-    Detects torch, TensorFlow/Keras and transformers (or uses ``frameworks=``)
-    and installs their hooks, opens the ``cirron.session`` root span, starts
-    the background flush thread and registers clean-shutdown handlers. A
+    Detects torch, TensorFlow/Keras, transformers, Lightning and trainloop (or uses
+    ``frameworks=``) and installs their hooks, opens the ``cirron.session`` root span,
+    starts the background flush thread and registers clean-shutdown handlers. A
     second call returns the same handle and logs a warning.
 
     Each setting resolves as: explicit argument, then ``config=`` key, then
     environment variable (``CIRRON_FRAMEWORKS``, ``CIRRON_SNAPSHOTS``,
     ``CIRRON_SAMPLE_RATE``, ``CIRRON_FLUSH_INTERVAL``, ``CIRRON_PATH``,
-    ``CIRRON_OUTPUT``), then the default. ``enabled=False`` or
+    ``CIRRON_OUTPUT``, ``CIRRON_METRICS``), then the default. ``enabled=False`` or
     ``OTEL_SDK_DISABLED=true`` gives a no-op profiler. OTLP export is on when
-    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) is set.
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) is set; OTLP
+    metrics when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._METRICS_ENDPOINT``) is.
 
     Args:
         config: your runtime feature flags (``Profiler.config``), and any setting by name.
-        frameworks: install hooks for exactly these (``torch``, ``tensorflow``, ``transformers``).
+        frameworks: install hooks for exactly these (``torch``, ``tensorflow``, ``transformers``,
+            ``lightning``, ``trainloop``).
         snapshots: ``"stats"`` (default), ``"sampled"`` or ``"full"``.
         sample_rate: fraction of epoch boundaries that write raw tensors (default 0.01).
         flush_interval: seconds between background flushes (default 1.0).
         enabled: False builds a no-op profiler: no hooks, no threads, no files.
         path: local directory for the spool and snapshots (default ``./.cirron``).
         output: local sinks, ``"spool"`` (default), ``"log"``, ``"stdout"``, ``"none"`` or a list.
+        metrics: OpenTelemetry metrics (default True): marks, step time by part, step and
+            epoch counters, per-step CPU and memory, and system CPU, memory and GPU sampled
+            every ``metrics_interval`` seconds (a ``config=`` setting, default 1.0,
+            ``CIRRON_METRICS_INTERVAL``) by one background thread. They go where the traces
+            go: the program's ``MeterProvider`` when it set one, OTLP, the spool's
+            ``metrics/`` files, a line per epoch on ``stdout``/``log``; always to
+            ``ci.metrics()``. False: none of it, and no thread.
+        capture: what inference spans (``ci.inference``, ``generate``) record of a model's
+            inputs and outputs; nothing by default. ``{"text": True}``: prompts and completions
+            as OpenTelemetry GenAI messages, secrets redacted; ``"tensors": "shapes"``: input
+            and output shapes; ``"max_chars"``: characters kept of each text (default 2048);
+            ``"where"``: ``"span"`` attributes (default), an ``"event"``, or ``"both"``.
+            ``CIRRON_CAPTURE`` (``text,tensors,max_chars=500``), else
+            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (``true``, ``SPAN_ONLY``, ...).
     """
     global _profiler
+    if unknown:
+        raise _unknown_argument(sorted(unknown)[0])
     # Validated first, even when a profiler runs: a wrong argument is an error in every call.
     settings = config_module.resolve(
         config,
@@ -350,6 +454,8 @@ def profile(
         flush_interval=flush_interval,
         path=path,
         output=output,
+        metrics=metrics,
+        capture=capture,
     )
     with _lock:
         existing = _profiler
@@ -372,6 +478,20 @@ def profile(
         profiler._start()
         _profiler = profiler
         return profiler
+
+
+def _unknown_argument(name: str) -> TypeError:
+    """The error for ``ci.profile(name=...)``: the closest argument, or where a setting goes."""
+    arguments = [p for p in inspect.signature(profile).parameters if p != "unknown"]
+    if name in config_module.SETTINGS:
+        return TypeError(
+            f"ci.profile() has no argument {name!r}: it is a setting, pass it as "
+            f"config={{{name!r}: ...}} (or its CIRRON_* variable)"
+        )
+    return TypeError(
+        f"ci.profile() got an unexpected keyword argument {name!r}"
+        + config_module.closest(name, [*arguments, *config_module.SETTINGS])
+    )
 
 
 def current() -> Profiler | None:
@@ -403,7 +523,7 @@ def flush(timeout: float | None = None) -> bool:
 
 
 def health() -> dict[str, Any]:
-    """A dict of counters and state; see the README for every key."""
+    """A dict of counters and state; the docs' Health page says what each key means."""
     profiler = _profiler
     if profiler is not None:
         return profiler.health()
@@ -415,6 +535,7 @@ def health() -> dict[str, Any]:
         hooks=[],
         transport="none",
         sinks={},
+        metrics={},
         spool_bytes=0,
         spool_full=False,
         buffer_capacity=0,
@@ -438,6 +559,25 @@ def trace(format: str = "text", name: str | None = None, last: int | None = None
     if rec is not None and not rec.enabled:
         rec = None
     return readback.render(rec, format, name, last)
+
+
+def metrics(format: str = "df") -> Any:
+    """The metrics recorded by the profiler (or the last one, after ``ci.shutdown()``).
+
+    One row per measurement, what was handed to each OpenTelemetry instrument: a mark's
+    every value, each step's time per part, each system sample. ``format="df"`` (default):
+    a pandas DataFrame with columns ``name``, ``kind``, ``unit``, ``time_ns``, ``value``,
+    ``attributes``, ``trace_id`` and ``span_id`` (hex, the span the value came from, as its
+    exemplar carries it; None for a system sample). ``format="dict"``: per instrument name,
+    ``{"kind", "unit", "description", "points": [...]}``. Empty when metrics are off.
+    The newest 25,000 measurements are kept.
+    """
+    profiler = _profiler
+    if profiler is not None:
+        return profiler.metrics(format)
+    last = _last_metrics
+    recorded = last[1] if last is not None and last[0] is _last else None
+    return render_metrics(recorded, format)
 
 
 def _after_fork_in_child() -> None:

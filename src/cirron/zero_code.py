@@ -20,6 +20,13 @@ the local sinks ``CIRRON_OUTPUT`` names (the spool by default) less those the
 configurator exports to already. The instrumentors it finds loaded are
 adopted, not loaded twice. A ``ci.profile()`` in the script returns this
 profiler.
+
+The OTLP protocol is the one thing cirron cannot choose here: ``opentelemetry-distro``
+sets ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc`` when it is unset, before any code of
+cirron runs (a distro or configurator of cirron's own would be one of two, and
+which one loads is up to the order of installed packages). When the endpoint's
+port says otherwise (4318 is OTLP/HTTP), :func:`start` says so, naming the
+variable that fixes it.
 """
 
 from __future__ import annotations
@@ -43,3 +50,28 @@ def start() -> None:
             type(error).__name__,
             error,
         )
+    try:
+        _warn_if_the_protocol_misses_the_port()
+    except Exception:  # noqa: BLE001, S110 - only advice: the program runs as it would
+        pass
+
+
+def _warn_if_the_protocol_misses_the_port() -> None:
+    """An endpoint on 4318 spoken to in gRPC (the distro's default) receives nothing: say so."""
+    from .exporters import otlp
+
+    implied, chosen = otlp.endpoint_protocol(), otlp.chosen_protocol()
+    configured = otlp.configured_endpoint()
+    if configured is None or implied is None or chosen in ("", implied):
+        return
+    variable, endpoint = configured
+    _log.warning(
+        "cirron: %s=%s is an OTLP %s endpoint, but the OTLP protocol is %s "
+        "(opentelemetry-instrument's default when none is set): nothing will arrive there; "
+        "set OTEL_EXPORTER_OTLP_PROTOCOL=%s",
+        variable,
+        endpoint,
+        "gRPC" if implied == "grpc" else "HTTP",
+        chosen,
+        implied,
+    )

@@ -55,7 +55,10 @@ def test_spool_files_and_directories_take_the_umask_and_are_never_world_writable
     result = run_python(UMASK_SCRIPT, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     modes = json.loads(result.stdout.strip().splitlines()[-1])
-    assert sum(kind == "file" for kind, _umask, _mode in modes.values()) == 4
+    files = [path for path, (kind, _umask, _mode) in modes.items() if kind == "file"]
+    # Each of the four profilers wrote a spool file and a metrics file.
+    assert sum(os.sep + "spool" + os.sep in path for path in files) == 4
+    assert sum(os.sep + "metrics" + os.sep in path for path in files) == 4
     for path, (kind, umask, mode) in modes.items():
         expected = (0o775 if kind == "dir" else 0o664) & ~umask
         assert mode == expected, (path, oct(mode), oct(expected))

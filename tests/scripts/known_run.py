@@ -26,6 +26,7 @@ parser.add_argument("--flat-loss", action="store_true", help="a loss that does n
 parser.add_argument("--skip-at", type=int, nargs="*", default=[], help="steps AMP skips")
 parser.add_argument("--pause-s", type=float, default=0.0, help="a stall between epochs")
 parser.add_argument("--mark", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+parser.add_argument("--leak-mb", type=int, default=0, help="host memory kept at each epoch")
 arguments = parser.parse_args()
 
 ci.profile()
@@ -68,9 +69,12 @@ scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
 loader = torch.utils.data.DataLoader(Data(), batch_size=1)
 waited = 0.0
 began = time.perf_counter()
+kept = []  # what --leak-mb keeps: a history that only grows
 for epoch in range(arguments.epochs):
     if epoch and arguments.pause_s:
         time.sleep(arguments.pause_s)
+    if arguments.leak_mb:
+        kept.append(b"\x01" * (arguments.leak_mb << 20))  # every page written: resident
     iterator = iter(loader)
     while True:
         before = time.perf_counter()

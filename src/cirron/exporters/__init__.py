@@ -1,10 +1,15 @@
 """Where spans go: the local sinks (``spool``, ``log``, ``stdout``) and OTLP, each an exporter
-behind a sink worker of its own (``sinks``); the spool's files (``files``) and the one-line
-text form of a span (``lines``). :data:`OUTPUTS` says, per output name, which exporter it
+behind a sink worker of its own (``sinks``); the spool's files (``files``), the one reader of
+them (``spool_reader``, which decodes with ``otlp_json_decoder``) and the one-line text form
+of a span (``lines``). :data:`OUTPUTS` says, per output name, which exporter it
 gets and how its worker treats it.
 
 Each exporter is a standard OpenTelemetry ``SpanExporter``, so they also work
 with a plain SDK ``BatchSpanProcessor``.
+
+Metrics have two exporters here, each a standard ``MetricExporter`` behind an SDK metric
+reader (:mod:`cirron.metrics` makes them): the spool's metrics files and their reader,
+``read_metrics`` (``metrics_files``), and OTLP metrics by the traces' rules (``otlp_metrics``).
 
 May import: :mod:`cirron.otel`, :mod:`cirron.config` (the settings), and modules of this
 package.
@@ -12,6 +17,7 @@ package.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,10 +25,11 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from ..otel.health import Health
 from .console import LogExporter, StdoutExporter
-from .otlp import endpoint_configured, otlp_exporter
+from .ledger import Ledger
+from .otlp import endpoint_configured, otlp_exporter, protocol, traces_endpoint
 from .sinks import SinkWorker
 from .spool import SpoolExporter, ZeroCodeSpoolExporter, read_spool, spool_files, spool_spans
-from .undelivered import UndeliveredJournal, undelivered_spans
+from .undelivered import undelivered_spans
 
 __all__ = [
     "OUTPUTS",
@@ -30,7 +37,7 @@ __all__ = [
     "Output",
     "SpoolExporter",
     "StdoutExporter",
-    "UndeliveredJournal",
+    "Ledger",
     "ZeroCodeSpoolExporter",
     "build_sinks",
     "sink_workers",
@@ -88,16 +95,17 @@ def build_sinks(
 def sink_workers(
     sinks: dict[str, SpanExporter], path: str, max_queued: int, health: Health
 ) -> list[SinkWorker]:
-    """A worker per sink. What the network sink loses is listed for a replay when it is
-    spooled (``path``: the spool's)."""
+    """A worker per sink. When the spool is on, what the OTLP endpoint acknowledges is noted
+    in its ledger beside the spool (``path``), so ``cirron export`` sends exactly the rest."""
     workers = []
     for name, exporter in sinks.items():
-        journal, recoverable = None, ""
+        ledger, replay_hint = None, ""
         if name == "otlp" and "spool" in sinks:
-            journal = UndeliveredJournal(path, name)
-            recoverable = (
-                f"; they are in the spool, and their ids in {journal.directory}/ for a replay"
-            )
+            endpoint = traces_endpoint()
+            ledger = Ledger(path, endpoint).record
+            replay_hint = f"cirron export {shlex.quote(path)} --endpoint {shlex.quote(endpoint)}"
+            if protocol() == "grpc":
+                replay_hint += " --protocol grpc"
         workers.append(
             SinkWorker(
                 name,
@@ -105,8 +113,8 @@ def sink_workers(
                 health,
                 max_queued,
                 wait_for_room=OUTPUTS[name].wait_for_room if name in OUTPUTS else 1.0,
-                journal=journal,
-                recoverable=recoverable,
+                ledger=ledger,
+                replay_hint=replay_hint,
             )
         )
     return workers

@@ -3,8 +3,10 @@
 On whenever an OTLP endpoint is configured (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), independent of ``output=``. The
 protocol comes from ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` /
-``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf`` (the OTel default) or
-``grpc``. Endpoint, headers, timeout, TLS and compression are read by the
+``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf`` or ``grpc``. Unset, the
+endpoint says which (:func:`endpoint_protocol`: port 4317 is gRPC, port 4318
+or a ``/v1/traces`` path OTLP/HTTP), else ``http/protobuf`` (the OTel
+default). Endpoint, headers, timeout, TLS and compression are read by the
 official exporter from the standard variables. Its log lines about failed
 exports are kept to the first of each kind (:class:`RepeatFilter`).
 """
@@ -15,6 +17,7 @@ import logging
 import os
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -27,19 +30,56 @@ PROTOCOLS = ("http/protobuf", "grpc")
 _EXPORTER_LOGGERS = ("opentelemetry.exporter", "urllib3.connectionpool")
 
 
+# The ports OTLP receivers listen on (the OTLP specification's defaults).
+_PROTOCOL_OF_PORT = {4317: "grpc", 4318: "http/protobuf"}
+
+
 def endpoint_configured() -> bool:
-    return bool(
-        os.environ.get(env.EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
-        or os.environ.get(env.EXPORTER_OTLP_ENDPOINT, "").strip()
+    return configured_endpoint() is not None
+
+
+def chosen_protocol() -> str:
+    """The protocol the variables set (the traces one first), or ''."""
+    return (
+        os.environ.get(env.EXPORTER_OTLP_TRACES_PROTOCOL, "").strip()
+        or os.environ.get(env.EXPORTER_OTLP_PROTOCOL, "").strip()
     )
+
+
+def configured_endpoint() -> tuple[str, str] | None:
+    """(variable, endpoint) of the traces endpoint, the traces variable first, as the
+    exporters read them; None when neither is set."""
+    for variable in (env.EXPORTER_OTLP_TRACES_ENDPOINT, env.EXPORTER_OTLP_ENDPOINT):
+        endpoint = os.environ.get(variable, "").strip()
+        if endpoint:
+            return variable, endpoint
+    return None
+
+
+def endpoint_protocol() -> str | None:
+    """The protocol the configured endpoint stands for, or None when it says neither.
+
+    Port 4317 is gRPC; port 4318, or a ``/v1/traces`` path (only OTLP/HTTP has
+    paths), is ``http/protobuf``.
+    """
+    configured = configured_endpoint()
+    if configured is None:
+        return None
+    endpoint = configured[1]
+    try:
+        parts = urlsplit(endpoint if "//" in endpoint else "//" + endpoint)
+        port = parts.port
+    except ValueError:  # not a URL the exporter could use either: it will say so
+        return None
+    if parts.path.rstrip("/").endswith("/v1/traces"):
+        return "http/protobuf"
+    return _PROTOCOL_OF_PORT.get(port) if port is not None else None
 
 
 def protocol() -> str:
-    chosen = (
-        os.environ.get(env.EXPORTER_OTLP_TRACES_PROTOCOL, "").strip()
-        or os.environ.get(env.EXPORTER_OTLP_PROTOCOL, "").strip()
-        or "http/protobuf"
-    )
+    """``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``; unset, the one
+    of the endpoint's port or path (:func:`endpoint_protocol`), else ``http/protobuf``."""
+    chosen = chosen_protocol() or endpoint_protocol() or "http/protobuf"
     if chosen not in PROTOCOLS:
         _log.warning(
             "cirron: OTLP protocol %r is not supported (use %s); using http/protobuf",
@@ -58,7 +98,8 @@ class RepeatFilter(logging.Filter):
     cirron's sink threads keep the first of each (it says why: refused, 503,
     unauthorized), drop the repeats and count them; cirron's own warning and
     ``ci.health()`` say the rest. The user's own exporters, on other threads,
-    are not filtered.
+    are not filtered. A message is kept once whichever exporter logs it: the
+    traces' and the metrics' exporters tell of the same backend in the same words.
     """
 
     def __init__(self) -> None:
@@ -71,9 +112,13 @@ class RepeatFilter(logging.Filter):
         self.suppressed = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not threading.current_thread().name.startswith(SINK_THREAD_PREFIX):
+        on_ours = threading.current_thread().name.startswith(SINK_THREAD_PREFIX)
+        if not on_ours and not getattr(_exporting, "ours", False):
             return True
-        key = (record.name, record.msg)
+        # The logger's package, less the signal: ...http.trace_exporter and
+        # ...http.metric_exporter are one exporter of the same backend.
+        key = (record.name.rpartition(".")[0] if record.name.endswith("_exporter") else record.name,
+               record.msg)  # fmt: skip
         if key in self._seen:
             self.suppressed += 1
             return False
@@ -82,9 +127,24 @@ class RepeatFilter(logging.Filter):
 
 
 repeat_filter = RepeatFilter()
+# Set while one of cirron's exporters runs on a thread that is not a sink's (the SDK's metric
+# reader thread): its log lines are filtered as a sink thread's are (see quiet_exports).
+_exporting = threading.local()
 
 
-def _quiet_exporter_loggers() -> None:
+class quiet_exports:
+    """``with quiet_exports():`` the exporters' repeated log lines on this thread are kept to
+    the first of each, as on a sink thread (for cirron's exporters run by the SDK's threads)."""
+
+    def __enter__(self) -> None:
+        self._was = getattr(_exporting, "ours", False)
+        _exporting.ours = True
+
+    def __exit__(self, *exc: Any) -> None:
+        _exporting.ours = self._was
+
+
+def quiet_exporter_loggers() -> None:
     """Put :data:`repeat_filter` on every logger of the OpenTelemetry exporters."""
     repeat_filter.reset()
     for name, logger in list(logging.Logger.manager.loggerDict.items()):
@@ -110,5 +170,18 @@ def otlp_exporter() -> SpanExporter:
         )
 
         exporter = HttpExporter()
-    _quiet_exporter_loggers()  # after the import: the exporters' loggers exist now
+    quiet_exporter_loggers()  # after the import: the exporters' loggers exist now
     return exporter
+
+
+def traces_endpoint() -> str:
+    """Where the OTLP sink sends, as the official exporters resolve it from the environment:
+    the traces endpoint as given, else the general one (with ``/v1/traces`` over HTTP), else
+    the default of the protocol."""
+    traces = os.environ.get(env.EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
+    if traces:
+        return traces
+    general = os.environ.get(env.EXPORTER_OTLP_ENDPOINT, "").strip()
+    if protocol() == "grpc":
+        return general or "http://localhost:4317"
+    return (general or "http://localhost:4318").rstrip("/") + "/v1/traces"

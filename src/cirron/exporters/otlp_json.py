@@ -8,7 +8,8 @@ follows the OTLP spec: ids as hex strings, lowerCamelCase keys, enums as
 integers, 64-bit integers as strings, and non-finite doubles as the proto3
 JSON strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (plain JSON has no
 NaN). Strings are escaped to ASCII, so a control character or a lone
-surrogate in a value can never break a file.
+surrogate in a value can never break a file. Reading a request back is
+:mod:`cirron.exporters.otlp_json_decoder`'s (``decode_request``, also importable here).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import Link, SpanKind, Status
 
 from ..otel.spans import UNSET_STATUS, MarkEvent, ScopeSpan
+from .otlp_json_decoder import REMOTE_PARENT as _REMOTE_PARENT
+from .otlp_json_decoder import decode_request as decode_request  # the one decoder, there
 
 _NON_FINITE = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
 # OTLP enums count from SPAN_KIND_UNSPECIFIED = 0, the API's from INTERNAL = 0.
 _KINDS = {kind: kind.value + 1 for kind in SpanKind}
 _KIND_INTERNAL = _KINDS[SpanKind.INTERNAL]
 _FLAGS = 0x100 | 0x01  # HAS_IS_REMOTE (parent is local) | SAMPLED
-_REMOTE_PARENT = 0x200
 
 
 def _double(value: float) -> str:
@@ -258,98 +260,3 @@ def encode_request(spans: Sequence[Any]) -> str:
             + "}"
         )
     return '{"resourceSpans":[' + ",".join(resource_spans) + "]}"
-
-
-# -- reading it back ----------------------------------------------------------------------------
-_NON_FINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
-
-
-def plain_value(value: dict[str, Any]) -> Any:
-    """The Python value of an OTLP/JSON ``AnyValue``."""
-    if not value:
-        return None
-    ((kind, content),) = value.items()
-    if kind == "stringValue":
-        return content
-    if kind == "intValue":
-        return int(content)
-    if kind == "doubleValue":
-        return _NON_FINITE_TEXT.get(content, content) if isinstance(content, str) else content
-    if kind == "boolValue":
-        return bool(content)
-    if kind == "arrayValue":
-        return tuple(plain_value(item) for item in content.get("values", []))
-    if kind == "bytesValue":
-        return base64.b64decode(content)
-    if kind == "kvlistValue":
-        return {
-            item["key"]: plain_value(item.get("value", {})) for item in content.get("values", [])
-        }
-    return content
-
-
-def plain_attributes(key_values: list[dict[str, Any]] | None) -> dict[str, Any]:
-    return {item["key"]: plain_value(item.get("value", {})) for item in key_values or []}
-
-
-def decode_request(request: dict[str, Any]) -> list[Any]:
-    """The spans of one OTLP/JSON ``ExportTraceServiceRequest`` as SDK ``ReadableSpan``s.
-
-    What the spool wrote comes back as the spans it was written from (ids,
-    parents, attributes, events, links, status, resource, scope), so the
-    read-back of ``ci.trace()`` and the official OTLP exporters take them as
-    they are. Raises ``ValueError`` (or ``KeyError``) on a request that is not
-    OTLP/JSON.
-    """
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import Event, ReadableSpan
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
-
-    def context(trace_id: str, span_id: str, remote: bool = False) -> SpanContext:
-        return SpanContext(int(trace_id, 16), int(span_id, 16), remote, TraceFlags(1))
-
-    spans: list[Any] = []
-    for resource_spans in request["resourceSpans"]:
-        resource = Resource(plain_attributes(resource_spans.get("resource", {}).get("attributes")))
-        for scope_spans in resource_spans.get("scopeSpans", []):
-            scope = scope_spans.get("scope", {})
-            instrumentation = InstrumentationScope(scope.get("name", ""), scope.get("version"))
-            for span in scope_spans.get("spans", []):
-                trace_id = span["traceId"]
-                parent_id = span.get("parentSpanId")
-                remote = bool(int(span.get("flags", 0)) & _REMOTE_PARENT)
-                status = span.get("status", {})
-                code = StatusCode[_STATUS.get(int(status.get("code", 0)), "UNSET")]
-                end = span.get("endTimeUnixNano")
-                spans.append(
-                    ReadableSpan(
-                        name=span["name"],
-                        context=context(trace_id, span["spanId"]),
-                        parent=context(trace_id, parent_id, remote) if parent_id else None,
-                        resource=resource,
-                        attributes=plain_attributes(span.get("attributes")),
-                        events=[
-                            Event(
-                                event.get("name", ""),
-                                plain_attributes(event.get("attributes")),
-                                int(event.get("timeUnixNano", 0)),
-                            )
-                            for event in span.get("events", [])
-                        ],
-                        links=[
-                            Link(
-                                context(link["traceId"], link["spanId"]),
-                                plain_attributes(link.get("attributes")),
-                            )
-                            for link in span.get("links", [])
-                        ],
-                        kind=SpanKind(max(int(span.get("kind", _KIND_INTERNAL)) - 1, 0)),
-                        status=Status(code, status.get("message")),
-                        start_time=int(span["startTimeUnixNano"]),
-                        end_time=int(end) if end else None,
-                        instrumentation_scope=instrumentation,
-                    )
-                )
-    return spans

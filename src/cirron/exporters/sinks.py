@@ -12,14 +12,20 @@ batch (the spans its queue had no room for) or all of it (a failed export),
 so the spans of a batch every sink still has are always a prefix of it.
 
 The first loss of each sink is reported in one warning that says why; later
-ones are counted only. A sink can also be given a ``journal``: a function that
-is told the lost spans (the OTLP sink's list of undelivered spans, for a
-replay from the spool).
+ones are counted only. A sink can also be given a ``ledger``: a function that
+is told the spans it delivered (the OTLP sink's acknowledgements, kept beside
+the spool, so that ``cirron export`` sends exactly the rest), and a
+``replay_hint``: the command that sends what it lost, said once more at the end
+of the run when it lost any.
+
+An exporter that wrote only the first spans of a batch (the spool at its size
+cap) raises :class:`PartialExport`: the rest is lost for that sink, and counted.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import threading
 import time
@@ -30,10 +36,22 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..otel.health import Health
 from ..otel.processor import Delivery
+from ..otel.spans import untraced
 
 MAX_QUEUED_SPANS = 4096  # per sink: what a sink that can't keep up may hold in memory
 SINK_THREAD_PREFIX = "cirron-sink-"
-Journal = Callable[[Sequence[ReadableSpan]], None]
+BEHIND = "it can't keep up (slow or unreachable)"  # why a sink whose queue is full loses spans
+Ledger = Callable[[Sequence[ReadableSpan]], None]
+_log = logging.getLogger("cirron")
+
+
+class PartialExport(Exception):
+    """The exporter delivered the first ``exported`` spans of the batch and no more (why: the
+    message)."""
+
+    def __init__(self, exported: int, why: str) -> None:
+        super().__init__(why)
+        self.exported = exported
 
 
 class SinkWorker:
@@ -46,10 +64,14 @@ class SinkWorker:
         health: Health,
         max_queued: int = MAX_QUEUED_SPANS,
         wait_for_room: float = 0.0,
-        journal: Journal | None = None,
-        recoverable: str = "",
+        ledger: Ledger | None = None,
+        replay_hint: str = "",
+        loses_spans: bool = True,
     ) -> None:
+        """``loses_spans=False``: what this sink misses is not a span lost (a sink that derives
+        metrics from the spans): counted in its own ``dropped`` only, never ``spans_dropped``."""
         self.name = name
+        self.loses_spans = loses_spans
         self.max_queued = max_queued
         # A local sink (a file, a stream) that is only behind is waited for, up
         # to this long, before spans for it are dropped; a network sink never is.
@@ -58,8 +80,9 @@ class SinkWorker:
         self.exported = 0
         self.dropped = 0
         self.errors = 0
-        self._journal = journal
-        self._recoverable = recoverable  # what the loss warning says can be recovered, and how
+        self.lost_in_sink = 0  # of dropped: what reached this sink (not the ring's losses)
+        self._ledger = ledger
+        self._replay_hint = replay_hint  # the command that sends what this sink lost, if any
         self._health = health
         self._stuck = False
         # (delivery, how many of its spans this sink sends: a prefix)
@@ -91,7 +114,7 @@ class SinkWorker:
             waiting = self._waiting()
             room = count if not waiting else max(self.max_queued - waiting, 0)
             if count > room:
-                self._lose(delivery, room, count, "it can't keep up (slow or unreachable)")
+                self._lose(delivery, room, count, BEHIND)
                 count = room
             if count:
                 self._queue.append((delivery, count))
@@ -130,11 +153,24 @@ class SinkWorker:
 
     def stop(self, deadline: float) -> None:
         self.wait_idle(deadline)
+        try:
+            self._stop(deadline)
+        finally:
+            if self.lost_in_sink and self._replay_hint:
+                _log.warning(
+                    "cirron: %d span(s) not delivered to the %s sink: run `%s` to send them",
+                    self.lost_in_sink,
+                    self.name,
+                    self._replay_hint,
+                )
+
+    def _stop(self, deadline: float) -> None:
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify_all()
         try:
-            self.exporter.shutdown()
+            with untraced():  # what an exporter sends on shutdown is ours too
+                self.exporter.shutdown()
         except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
             self._health.failed(f"exporter {self.name} shutdown", error, "export_errors")
         self._thread.join(max(0.0, deadline - time.monotonic()))
@@ -151,20 +187,30 @@ class SinkWorker:
 
     # -- losses ------------------------------------------------------------------------
     def _lose(self, delivery: Delivery, index: int, count: int, why: str) -> None:
-        """This sink lost ``delivery.spans[index:count]``: count it, journal it, say it once.
+        """This sink lost ``delivery.spans[index:count]``: count it, say it once.
 
         Called with ``_wakeup`` held, so a flush that waits for this sink to be
-        idle sees its losses counted (this is the rare path: a journal write is
-        a short append, and the training thread never takes this lock).
+        idle sees its losses counted.
         """
         lost = count - index
         self.dropped += lost
-        delivery.lost_from(index)
-        if self._journal is not None:
-            try:
-                self._journal(delivery.spans[index:count])
-            except Exception as error:  # noqa: BLE001 - the guard of our own bookkeeping
-                self._health.failed(f"sink {self.name} journal", error, "export_errors")
+        self.lost_in_sink += lost
+        if self.loses_spans:
+            delivery.lost_from(index)
+        recoverable = f"; the spool has them: `{self._replay_hint}` sends them"
+        if not self.loses_spans:
+            if why == BEHIND:  # a sink that sheds load when behind, by design: counted only
+                return
+            self._health.warn_once(
+                f"sink-lost-{self.name}",
+                "cirron: the %s sink missed %d span(s): %s. Training continues; their figures "
+                "are missing from the %s; later losses are only counted",
+                self.name,
+                lost,
+                why,
+                self.name,
+            )
+            return
         self._health.warn_once(
             f"sink-lost-{self.name}",
             "cirron: %d span(s) did not reach the %s sink: %s. Training continues; later losses "
@@ -173,7 +219,7 @@ class SinkWorker:
             self.name,
             why,
             self.name,
-            self._recoverable,
+            recoverable if self._replay_hint else "",
         )
 
     # -- the sink's thread -------------------------------------------------------------
@@ -219,7 +265,17 @@ class SinkWorker:
         delivery, count = taken
         spans = delivery.spans if count == len(delivery.spans) else delivery.spans[:count]
         try:
-            result = self.exporter.export(spans)
+            # Our own requests are not the program's: with requests, urllib3 or grpc
+            # instrumented, each export would be a span of the user's trace.
+            with untraced():
+                result = self.exporter.export(spans)
+        except PartialExport as partial:  # the first spans were written: the rest is lost
+            self._acknowledged(spans[: partial.exported])
+            text = self._health.failed(
+                f"exporter {self.name}", partial, "export_errors", warn=False
+            )
+            self._finish(taken, f"export failed ({text})", partial.exported)
+            return
         except Exception as error:  # noqa: BLE001 - exporter failures never reach the user
             text = self._health.failed(f"exporter {self.name}", error, "export_errors", warn=False)
             self._finish(taken, f"export failed ({text})")
@@ -228,6 +284,7 @@ class SinkWorker:
             self._finish(taken, "the exporter ended its thread")
             raise  # ends this thread, which _run replaces
         if result == SpanExportResult.SUCCESS:
+            self._acknowledged(spans)
             self._finish(taken, None)
             return
         text = self._health.failed(
@@ -238,8 +295,17 @@ class SinkWorker:
         )
         self._finish(taken, f"export failed ({text})")
 
-    def _finish(self, taken: tuple[Delivery, int], failure: str | None) -> None:
-        """Count the outcome of an export of ``taken`` (``failure`` None: it succeeded)."""
+    def _acknowledged(self, spans: Sequence[ReadableSpan]) -> None:
+        if self._ledger is None:
+            return
+        try:
+            self._ledger(spans)
+        except Exception as error:  # noqa: BLE001 - the guard of our own bookkeeping
+            self._health.failed(f"sink {self.name} ledger", error, "export_errors")
+
+    def _finish(self, taken: tuple[Delivery, int], failure: str | None, exported: int = 0) -> None:
+        """Count the outcome of an export of ``taken`` (``failure`` None: it succeeded;
+        else the first ``exported`` spans were delivered and the rest lost)."""
         delivery, count = taken
         with self._wakeup:
             if self._in_flight is not taken:
@@ -249,5 +315,6 @@ class SinkWorker:
                 self.exported += count
             else:
                 self.errors += 1
-                self._lose(delivery, 0, count, failure)
+                self.exported += exported
+                self._lose(delivery, exported, count, failure)
             delivery.done()

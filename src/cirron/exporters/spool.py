@@ -5,13 +5,14 @@ Files are ``<path>/spool/<pid>-<sequence>.json``, each an
 tool can read or replay them. A file is written under a temporary name and
 renamed into place, so a reader never sees half a file (see ``cirron.exporters.files``).
 With ``spool_max_bytes`` set, a process writes at most that many bytes of
-spool files: the batch that would cross it is the first one not written.
+spool files: of the batch that would cross it, the spans that fit are written
+(as a file of their own) and the rest is lost, and counted; nothing after it
+is written.
 """
 
 from __future__ import annotations
 
-import glob
-import json
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -20,12 +21,16 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import config
-from . import files
+from . import files, spool_reader
 from .otlp_json import encode_request
+from .sinks import PartialExport
+
+_log = logging.getLogger("cirron")
 
 
-class SpoolFull(Exception):
-    """The spool reached its size cap (``spool_max_bytes``); later batches are not written."""
+class SpoolFull(PartialExport):
+    """The spool reached its size cap (``spool_max_bytes``): the first ``exported`` spans of
+    this batch were written, nothing after them is."""
 
 
 class SpoolExporter(SpanExporter):
@@ -42,18 +47,37 @@ class SpoolExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
             return SpanExportResult.SUCCESS
+        written = 0
         if not self.full:
             data = encode_request(spans).encode("ascii")
-            self.full = self.max_bytes is not None and (
-                self.bytes_written + len(data) > self.max_bytes
-            )
-        if self.full:  # the sink's worker counts the batch as dropped, and warns once
+            if self.max_bytes is not None and self.bytes_written + len(data) > self.max_bytes:
+                self.full = True
+                written, data = self._what_fits(spans)
+            if data:
+                self._write(data)
+        if self.full:  # the sink's worker counts the rest as dropped, and warns once
             raise SpoolFull(
+                written,
                 f"the spool reached its cap of {self.max_bytes} bytes (spool_max_bytes); "
-                "later spans are not written to it"
+                "later spans are not written to it",
             )
-        self._write(data)
         return SpanExportResult.SUCCESS
+
+    def _what_fits(self, spans: Sequence[ReadableSpan]) -> tuple[int, bytes]:
+        """The longest first part of ``spans`` whose file fits under the cap, encoded.
+
+        A binary search over encodings: a few encodes of part of one batch, once per run.
+        """
+        room = (self.max_bytes or 0) - self.bytes_written
+        fits, data, low, high = 0, b"", 1, len(spans) - 1
+        while low <= high:
+            middle = (low + high) // 2
+            encoded = encode_request(spans[:middle]).encode("ascii")
+            if len(encoded) <= room:
+                fits, data, low = middle, encoded, middle + 1
+            else:
+                high = middle - 1
+        return fits, data
 
     def _write(self, data: bytes) -> None:
         files.make_directory(self.directory)
@@ -75,33 +99,47 @@ class SpoolExporter(SpanExporter):
 
 
 def spool_files(path: str = ".cirron") -> list[str]:
-    """The spool files under ``path``, oldest first per process."""
-
-    def order(name: str) -> tuple[int, int]:
-        pid, _, sequence = os.path.basename(name)[: -len(".json")].partition("-")
-        return int(pid), int(sequence)
-
-    names = glob.glob(os.path.join(path, "spool", "*-*.json"))
-    return sorted(names, key=order)
+    """The spool files at ``path`` (a cirron directory, its spool folder or one file), oldest
+    first per process: files named ``<pid>-<sequence>.json``, whatever else the folder holds."""
+    return spool_reader.spool_files(path)
 
 
-def read_spool(path: str = ".cirron") -> list[dict[str, Any]]:
-    """Every spool file under ``path`` as an OTLP/JSON request dict."""
+def _read(path: str) -> list[dict[str, Any]]:
+    """The request of every spool file at ``path``, holding just the spans that read, its
+    text as written; a warning per file with a problem (see
+    :mod:`cirron.exporters.spool_reader`)."""
     requests = []
-    for name in spool_files(path):
-        with open(name, encoding="utf-8") as stream:
-            requests.append(json.load(stream))
+    for read in spool_reader.read_files(spool_reader.spool_files(path), repair=False):
+        if read.problem is not None:
+            _log.warning("cirron: %s", read.problem)
+        if read.problem is None or not read.problem.whole:
+            requests.append(read.request)
     return requests
 
 
+def read_spool(path: str = ".cirron") -> list[dict[str, Any]]:
+    """Every spool file at ``path`` as an OTLP/JSON request dict.
+
+    ``path`` is a cirron directory, its spool folder or one file. A file that does not
+    read is left out, a span that does not is left out of its request, and each such file
+    is named in one warning on the ``cirron`` logger, with the reason. Text is as written,
+    a lone surrogate included (the ``cirron`` command shows it as U+FFFD).
+    """
+    return _read(path)
+
+
 def spool_spans(path: str = ".cirron") -> list[dict[str, Any]]:
-    """All spans of the spool as OTLP/JSON dicts, each with its ``resource`` attributes."""
+    """All spans of the spool as OTLP/JSON dicts, each with its ``resource`` attributes.
+
+    Read as :func:`read_spool` reads: every span that reads, and one warning per file that
+    did not read whole.
+    """
     spans = []
-    for request in read_spool(path):
-        for resource_spans in request.get("resourceSpans", []):
-            resource = resource_spans.get("resource", {}).get("attributes", [])
-            for scope_spans in resource_spans.get("scopeSpans", []):
-                for span in scope_spans.get("spans", []):
+    for request in _read(path):
+        for resource_spans in request["resourceSpans"]:
+            resource = resource_spans["resource"]["attributes"]
+            for scope_spans in resource_spans["scopeSpans"]:
+                for span in scope_spans["spans"]:
                     spans.append(dict(span, resource=resource))
     return spans
 

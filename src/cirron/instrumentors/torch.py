@@ -25,6 +25,9 @@ What becomes a span:
   true, and its step says ``skipped`` and ``loss_scale``.
 - ``data_load``: the wait inside a DataLoader iterator's ``__next__``, a
   child of the step its batch feeds (status ERROR when the fetch raised).
+- ``collective``: each ``torch.distributed`` collective the program calls, and each
+  gradient bucket DDP all-reduces inside ``backward`` (a child of that backward), until
+  its work is done (:mod:`.torch_collectives`, :mod:`.torch_comm_hooks`).
 - ``step``, ``epoch``, ``validate``/``evaluate``: found from these moments by
   :mod:`.torch_steps` and reported to :mod:`cirron.training`, which opens them
   unless a higher owner (``ci.epochs``/``ci.batches``, HF Trainer, Keras) has
@@ -33,6 +36,7 @@ What becomes a span:
 The hooks live beside this module, one file per kind of work:
 :mod:`.torch_modules` (forward, ``train()``, backward), :mod:`.torch_optim`
 (optimizer steps, ``GradScaler``), :mod:`.torch_data` (DataLoader fetches),
+:mod:`.torch_collectives` and :mod:`.torch_comm_hooks` (communication),
 :mod:`.torch_spans` (the spans around a call, GPU time); what their moments
 mean for the loop is :mod:`.torch_steps`.
 
@@ -49,7 +53,17 @@ from .. import training
 from ..otel import values
 from ..recording import recorder, training_state
 from ..recording.guard import guarded
-from . import FrameworkInstrumentor, torch_data, torch_modules, torch_optim, torch_spans
+from ..training import resources
+from . import (
+    FrameworkInstrumentor,
+    torch_collectives,
+    torch_comm_hooks,
+    torch_data,
+    torch_memory,
+    torch_modules,
+    torch_optim,
+    torch_spans,
+)
 from .torch_spans import SITE, torch_module
 from .torch_steps import LOOP, TORCH
 
@@ -99,12 +113,36 @@ class TorchInstrumentor(FrameworkInstrumentor):
         )
         self._handles.append(register_optimizer_step_pre_hook(torch_optim.before_optimizer_step))
         self._handles.append(register_optimizer_step_post_hook(torch_optim.after_optimizer_step))
-        torch_spans.CUDA[0] = torch.cuda
+        self._patch_distributed(torch)
+        torch_spans.CUDA[0] = torch_memory.CUDA[0] = torch.cuda
+        torch_memory.RAW_STATS[0] = getattr(torch._C, "_cuda_memoryStats", None)
+        resources.add_device_probe(torch_memory.cuda_peaks)
         torch_modules.grad_enabled[0] = torch.is_grad_enabled
         training_state.hooks.settle_fetches = _settle
         values.device_reader[0] = torch_spans.device_value
 
+    def _patch_distributed(self, torch: Any) -> None:
+        """The collectives the program calls, and DDP's communication hook registration."""
+        dist = torch.distributed
+        if not dist.is_available():
+            return
+        for name in torch_collectives.OPS:
+            original = dist.__dict__.get(name)
+            if original is None:  # a collective this torch does not have
+                continue
+            self.patch(dist, name, torch_collectives.make_collective(original, name))
+        ddp = torch.nn.parallel.DistributedDataParallel
+        register = torch_comm_hooks.make_register_comm_hook(ddp.__dict__["register_comm_hook"])
+        self.patch(ddp, "register_comm_hook", register)
+        builtin = ddp.__dict__["_register_builtin_comm_hook"]
+        self.patch(
+            ddp,
+            "_register_builtin_comm_hook",
+            torch_comm_hooks.make_register_builtin_comm_hook(builtin),
+        )
+
     def remove(self) -> None:
+        torch_collectives.settle()  # a bucket's span that is still on its way lands first
         if recorder.current is not None:  # no hook will see another boundary: end ours
             _end_torch_moments()
         training_state.hooks.settle_fetches = training_state.nothing
@@ -115,4 +153,6 @@ class TorchInstrumentor(FrameworkInstrumentor):
         torch_optim.forget()
         torch_modules.forget()
         torch_data.forget()
-        torch_spans.CUDA[0] = None
+        torch_collectives.forget()
+        torch_spans.CUDA[0] = torch_memory.CUDA[0] = None
+        resources.remove_device_probe(torch_memory.cuda_peaks)

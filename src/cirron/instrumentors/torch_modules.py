@@ -12,8 +12,9 @@ from typing import Any
 
 from ..otel import semconv
 from ..recording import hook_spans
-from ..recording.guard import guarded
+from ..recording.guard import call_guarded, guarded
 from ..recording.hook_spans import HookSpan
+from . import torch_collectives, torch_comm_hooks
 from .torch_spans import SITE, close_guarded, open_hook, torch_module
 from .torch_steps import LOOP
 
@@ -72,6 +73,8 @@ def _remember(module: Any) -> tuple[weakref.ref[Any], str, str | None]:
         _model_class(inner),
         type(module).__name__ if inner is not module else None,
     )
+    if inner is not module:  # a wrapper: DDP's all-reduce gets its spans
+        call_guarded(SITE, torch_comm_hooks.watch_wrapped, module)
     return entry
 
 
@@ -136,7 +139,7 @@ def make_module_call(original: Any) -> Any:
     through a closure cell or a list costs several times more, per call of
     every submodule). The flag is process-wide, not per thread: a module
     another thread calls while a forward runs is not a span of its own. A
-    loss module called on its own is not a span either (see the README):
+    loss module called on its own is not a span either (docs/guide/pytorch.md):
     its few microseconds show as the gap between ``forward`` and
     ``backward`` inside the step.
     """
@@ -186,12 +189,16 @@ def make_train(original: Any) -> Any:
 @guarded(SITE)
 def _open_backward() -> HookSpan | None:
     LOOP.training_work()
-    return open_hook(semconv.BACKWARD, {})
+    hook = open_hook(semconv.BACKWARD, {})
+    if hook is not None and torch_comm_hooks.buckets_recorded[0]:
+        torch_collectives.backward_begins(hook)  # DDP's buckets are its children
+    return hook
 
 
 @guarded(SITE)
 def _close_backward(entered: HookSpan | None, error: BaseException | None = None) -> None:
     if entered is not None:
+        torch_collectives.backward_ends(entered)
         hook_spans.end(entered, error)
     if error is None:
         LOOP.backward_done()

@@ -32,7 +32,9 @@ built before the instrumentor). What becomes a span:
   gradients, so it has weights and gradients.
 
 A ``train()`` that raises ends its step, epoch and ``train`` span with the
-error recorded; the error reaches the user unchanged.
+error recorded; the error reaches the user unchanged. ``model.generate()`` and
+text-generation pipelines are LLM calls, with the GenAI conventions'
+attributes: :mod:`.transformers_generate`, installed with these hooks.
 Every callback runs behind the core guard: a failure inside cirron is counted
 in ``ci.health()`` and training goes on. ``uninstrument()`` restores every
 patched ``Trainer`` method; callbacks already added to trainers go quiet.
@@ -53,7 +55,7 @@ from ..recording import recorder
 from ..recording.guard import guarded
 from ..snapshots.watch import register as watch_model
 from ..training.callbacks import FrameworkRun, Switch
-from . import FrameworkInstrumentor
+from . import FrameworkInstrumentor, transformers_generate
 
 _SITE = "transformers hook"
 HF = training.owner("transformers")
@@ -282,7 +284,9 @@ def _train_ends(trainer: Any, error: BaseException | None) -> None:
 
 
 class TransformersInstrumentor(FrameworkInstrumentor):
-    """OpenTelemetry instrumentor for the HuggingFace ``Trainer`` (see the module docstring)."""
+    """OpenTelemetry instrumentor for the HuggingFace ``Trainer`` (see the module docstring), and
+    for LLM generation: ``model.generate()`` and text-generation pipelines as GenAI spans
+    (:mod:`cirron.instrumentors.transformers_generate`)."""
 
     framework = "transformers"
     site = _SITE
@@ -303,6 +307,7 @@ class TransformersInstrumentor(FrameworkInstrumentor):
                 _begin_pass(semconv.CHECKPOINT, _checkpoint_attributes),
                 _end_pass,
             )
+        transformers_generate.install(self)  # model.generate() and text-generation pipelines
         ACTIVE.on = True
 
     def remove(self) -> None:

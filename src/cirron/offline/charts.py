@@ -108,7 +108,7 @@ def _downsample(xs: list[Any], ys: list[float | None]) -> tuple[list[Any], list[
     return out_x, out_y
 
 
-def _add_line(figure: Any, xs: list[Any], ys: list[float | None], name: str) -> None:
+def add_line(figure: Any, xs: list[Any], ys: list[float | None], name: str) -> None:
     dx, dy = _downsample(xs, ys)
     figure.add_scatter(
         x=dx,
@@ -165,8 +165,8 @@ def step_charts(charted: Charted) -> list[Chart]:
             100 * timeline.waiting_ns(step) / step.wall_ns if step.wall_ns else 0.0
             for step in timeline.steps
         ]
-        _add_line(step_times, xs, walls, name)
-        _add_line(stalls, xs, shares, name)
+        add_line(step_times, xs, walls, name)
+        add_line(stalls, xs, shares, name)
     step_times.update_layout(xaxis_title=semconv.STEP, yaxis_title="ms")
     stalls.update_layout(xaxis_title=semconv.STEP, yaxis_title="% of the step waiting for data")
     return [
@@ -249,7 +249,7 @@ def mark_charts(charted: Charted) -> list[Chart]:
         for process, points in by_process.items():
             xs = [p[1] for p in points] if on_steps else list(range(len(points)))
             ys = [p[2] for p in points]
-            _add_line(figure, xs, ys, f"{process}: {mark}" if len(by_process) > 1 else mark)
+            add_line(figure, xs, ys, f"{process}: {mark}" if len(by_process) > 1 else mark)
             non_finite += [
                 (x, f"{process}: {mark} not finite")
                 for x, y in zip(xs, ys, strict=True)

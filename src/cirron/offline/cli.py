@@ -6,24 +6,26 @@
     cirron show [PATH] [--run N|ID|all] [--name N] [--last K] [--rank R] [--format text|json|df-csv]
     cirron show [PATH] --diagnose [--run N|ID|all]
     cirron export [PATH] --endpoint URL [--protocol http/protobuf|grpc] [--header K=V ...]
+                  [--all] [--timeout SECONDS]
     cirron export [PATH] --format chrome -o trace.json
     cirron report [PATH] -o report.html
+    cirron --version
 
+PATH is the cirron directory (``./.cirron`` by default), its spool folder, or one spool file.
 A folder can hold several runs (:mod:`cirron.offline.runs`); every command but ``runs`` reads
 the latest unless ``--run`` picks another, and says so when there are more. ``show`` prints
 them as ``ci.trace()`` does, through the same read-back (:mod:`cirron.offline.readback`): one
 tree per process; ``--diagnose`` prints the findings (:mod:`cirron.offline.findings`).
 ``export --format chrome`` writes Chrome Trace Event JSON (:mod:`cirron.offline.chrome`).
-``export`` replays the spool to an OTLP backend with the official exporter, file by file in
-bounded batches; the files delivered are noted under ``<PATH>/exported/``, so a re-run sends
-only what was not delivered yet. A corrupt or unreadable file is named on stderr and skipped;
-the others are still processed.
+``export --endpoint`` sends the spans the endpoint has not acknowledged yet
+(:mod:`cirron.offline.replay`). A corrupt or unreadable file is named on stderr and skipped;
+the others are still read. Errors in the arguments exit with 2 before any work, a filter that
+matches nothing with 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -31,13 +33,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..exporters import spool_files
+from ..exporters import spool_reader
+from ..exporters.files import write_whole
+from ..exporters.ledger import Ledger
 from ..exporters.lines import format_duration
-from ..exporters.otlp_json import decode_request
 from ..otel import semconv
-from . import chrome, findings, readback, runs
+from ..otel.version import __version__
+from . import chrome, compare, findings, rank_findings, ranks, readback, replay, runs
 
-_BATCH = 512  # spans per OTLP request when replaying
 RUN_HELP = (
     "which run: N (1 the oldest, -1 the latest, as `cirron runs` numbers them), "
     "a run id or its first characters, or all (default: the latest)"
@@ -48,41 +51,37 @@ class SpoolError(Exception):
     """The spool directory itself can't be used (missing, empty)."""
 
 
+class NothingMatches(Exception):
+    """A filter (``--rank``, ``--name``) left nothing to show."""
+
+
 def _files(path: str) -> list[str]:
-    if not os.path.isdir(path):
-        raise SpoolError(f"no spool at {path!r}: no such directory")
-    files = spool_files(path)
+    """The spool files at ``path``: a cirron directory, its spool folder, or one file."""
+    if not os.path.exists(path):
+        raise SpoolError(f"no spool at {path!r}: no such file or directory")
+    files = spool_reader.spool_files(path)
     if not files:
-        raise SpoolError(f"no spool files in {os.path.join(path, 'spool')!r}")
+        raise SpoolError(f"no spool files in {spool_reader.spool_folder(path)!r}")
     return files
 
 
 def _read(files: Sequence[str]) -> Iterator[tuple[str, list[Any]]]:
-    """(file, its spans) for every file that reads; a bad one is named on stderr and skipped."""
-    for name in files:
-        try:
-            with open(name, encoding="utf-8") as stream:
-                spans = decode_request(json.load(stream))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"cirron: skipping {name}: {type(error).__name__}: {error}", file=sys.stderr)
-            continue
-        yield name, spans
-
-
-def _progress(done: int, total: int, what: str) -> None:
-    """A progress line on a terminal; nothing when stderr is a file or a pipe."""
-    if total > 20 and sys.stderr.isatty():
-        end = "\n" if done == total else ""
-        print(f"\r{what}: {done}/{total} files", end=end, file=sys.stderr, flush=True)
+    """(file, its spans) for every file; what did not read is named on stderr, once per file
+    (:mod:`cirron.exporters.spool_reader` keeps every span that reads)."""
+    for read in spool_reader.read_files(files):
+        if read.problem is not None:
+            print(f"cirron: {read.problem}", file=sys.stderr)
+        yield read.name, read.spans
 
 
 # -- show ---------------------------------------------------------------------------------------
 def _spans(path: str) -> list[Any]:
     files = _files(path)
     spans: list[Any] = []
-    for position, (_name, read) in enumerate(_read(files), 1):
-        spans += read
-        _progress(position, len(files), "reading")
+    with replay.progress(len(files), " files", minimum=20) as bar:
+        for _name, read in _read(files):
+            spans += read
+            bar.update(1)
     return spans
 
 
@@ -111,9 +110,19 @@ def _chosen(arguments: argparse.Namespace) -> list[Any]:
 def show(arguments: argparse.Namespace) -> int:
     if arguments.diagnose:
         return diagnose(arguments)
+    if arguments.ranks:
+        return show_ranks(arguments)
     spans = _chosen(arguments)
     if arguments.rank is not None:
+        ranks = sorted({s.resource.attributes.get(semconv.RANK) for s in spans} - {None})
         spans = [s for s in spans if s.resource.attributes.get(semconv.RANK) == arguments.rank]
+        if not spans:
+            here = ", ".join(map(str, ranks)) if ranks else "none: one process, no rank"
+            raise NothingMatches(f"no spans match --rank {arguments.rank} (ranks here: {here})")
+    if arguments.name is not None and not any(s.name == arguments.name for s in spans):
+        names = sorted({str(s.name) for s in spans})
+        shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+        raise NothingMatches(f"no spans match --name {arguments.name} (names here: {shown})")
     fmt = {"text": "text", "json": "json", "df-csv": "df"}[arguments.format]
     result = readback.render_spans(spans, fmt, arguments.name, arguments.last)
     if fmt == "df":
@@ -167,45 +176,155 @@ def list_runs(arguments: argparse.Namespace) -> int:
     return 0
 
 
-# -- export -------------------------------------------------------------------------------------
-def _journal(path: str, endpoint: str) -> str:
-    key = hashlib.sha256(endpoint.encode()).hexdigest()[:16]
-    return os.path.join(path, "exported", f"{key}.txt")
+# -- show --ranks -------------------------------------------------------------------------------
+def show_ranks(arguments: argparse.Namespace) -> int:
+    """A table per run: each rank's step time by part (median/p95), and the steps where it
+    was the slowest; then the ranks' findings."""
+    if arguments.format == "df-csv":
+        raise argparse.ArgumentTypeError("--ranks prints --format text or json")
+    chosen = _chosen_runs(arguments)
+    aligned = [(run, ranks.align(run)) for run in chosen]
+    if all(alignment is None for _run, alignment in aligned):
+        run = chosen[-1]
+        processes = ", ".join(process.label for process in run.processes)
+        raise NothingMatches(
+            f"run {run.id[:16]} has one process with steps ({processes}): --ranks lines up "
+            "the ranks of a run of several (torchrun --nproc_per_node=N)"
+        )
+    if arguments.format == "json":
+        print(json.dumps([_ranks_json(run, a) for run, a in aligned if a is not None], indent=2))
+        return 0
+    for number, (run, alignment) in enumerate(aligned):
+        if number:
+            print()
+        print(run_heading(run))
+        if alignment is None:
+            print("one process with steps: no ranks to line up")
+            continue
+        print(ranks.table(alignment))
+        for finding in rank_findings.rank_findings(run):
+            print(f"{finding.severity:<8} {finding.text}")
+    return 0
 
 
-def _delivered(journal: str) -> set[str]:
+def _ranks_json(run: runs.Run, alignment: ranks.Alignment) -> dict[str, Any]:
+    found = rank_findings.rank_findings(run)
+    return {
+        "run": run.id,
+        **ranks.as_json(alignment),
+        "findings": [{"severity": f.severity, "text": f.text, "figures": f.figures} for f in found],
+    }
+
+
+# -- compare ---------------------------------------------------------------------------------------
+def _default_folder() -> str:
+    return os.environ.get("CIRRON_PATH") or ".cirron"
+
+
+def _run_named(text: str, folder: str, read: dict[str, list[runs.Run]]) -> tuple[runs.Run, str]:
+    """The run ``text`` names, and where it is: a spool folder or file (its latest run), else
+    a run of ``folder`` by number or id (as ``cirron runs`` lists them)."""
+    source = text if os.path.exists(text) else folder
+    if source not in read:
+        read[source] = runs.runs_of(_spans(source))
+    every = read[source]
+    if not every:
+        raise SpoolError(f"no runs in {source!r}")
+    if source == text:
+        if len(every) > 1:
+            print(
+                f"cirron: {len(every)} runs in {text}; comparing the latest (name one by "
+                f"number or id, with --folder {text})",
+                file=sys.stderr,
+            )
+        return every[-1], text
     try:
-        with open(journal, encoding="utf-8") as stream:
-            return {line.strip() for line in stream if line.strip()}
-    except FileNotFoundError:
-        return set()
+        chosen = [] if text == runs.ALL else runs.pick(every, text)
+    except LookupError:
+        chosen = []
+    if len(chosen) != 1:
+        known = ", ".join(f"{n} ({run.id[:12]})" for n, run in enumerate(every, 1))
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no spool folder, nor one run in {folder} (its runs: {known})"
+        )
+    return chosen[0], f"{folder}, run {every.index(chosen[0]) + 1}"
 
 
-def _exporter(endpoint: str, protocol: str, headers: dict[str, str]) -> Any:
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+def _threshold(text: str | None) -> float | None:
+    """``--threshold``: ``5%``, or a fraction such as ``0.05``."""
+    if text is None:
+        return None
+    percent = text.strip().endswith("%")
+    try:
+        value = float(text.strip().rstrip("%")) / (100 if percent else 1)
+    except ValueError:
+        value = -1.0
+    if value < 0 or (not percent and value >= 1):
+        raise argparse.ArgumentTypeError(
+            f"--threshold takes a percentage such as 5% (or a fraction such as 0.05), got {text!r}"
+        )
+    return value
 
-        return OTLPSpanExporter(endpoint=endpoint, headers=headers or None, insecure=True)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpExporter,
-    )
 
-    url = (
-        endpoint
-        if endpoint.rstrip("/").endswith("/v1/traces")
-        else endpoint.rstrip("/") + "/v1/traces"
-    )
-    return HttpExporter(endpoint=url, headers=headers or None)
+def _summaries(
+    arguments: argparse.Namespace, first: str, second: str
+) -> tuple[compare.Summary, compare.Summary, tuple[str, str]]:
+    """The figures of the two runs ``first`` and ``second`` name, and where each is."""
+    read: dict[str, list[runs.Run]] = {}
+    run_a, where_a = _run_named(first, arguments.folder, read)
+    run_b, where_b = _run_named(second, arguments.folder, read)
+    return compare.summarize("A", run_a), compare.summarize("B", run_b), (where_a, where_b)
+
+
+def compare_runs(arguments: argparse.Namespace) -> int:
+    threshold = _threshold(arguments.threshold)
+    a, b, where = _summaries(arguments, arguments.a, arguments.b)
+    said, over = compare.verdict(a, b, threshold)
+    if arguments.format == "json":
+        print(json.dumps(compare.as_json(a, b, where, threshold), indent=2))
+    else:
+        print(compare.text(a, b, where))
+        print()
+        print(said)
+    return 1 if over else 0
+
+
+# -- export ----------------------------------------------------------------------------------
+def _check_output(path: str) -> None:
+    """Fail before any work when ``-o`` can't be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"-o {path}: is a directory; name a file")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"-o {path}: no such directory {folder}")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"-o {path}: the directory {folder} is not writable")
 
 
 def report(arguments: argparse.Namespace) -> int:
     from .report import build
 
+    _check_output(arguments.output)
+    if arguments.other is not None:
+        return report_two(arguments)
     chosen = _chosen_runs(arguments)
     spans = [span for run in chosen for span in run.spans]
-    with open(arguments.output, "w", encoding="utf-8") as stream:
-        stream.write(build(chosen, f"cirron run report: {os.path.abspath(arguments.path)}"))
+    page = build(chosen, f"cirron run report: {os.path.abspath(arguments.path)}")
+    write_whole(arguments.output, page.encode("utf-8"))
     print(f"cirron: report of {len(spans)} spans written to {arguments.output}", file=sys.stderr)
+    return 0
+
+
+def report_two(arguments: argparse.Namespace) -> int:
+    """``cirron report A B``: the comparison first, then both runs' findings and charts."""
+    from .report import build
+
+    if arguments.run is not None:
+        raise argparse.ArgumentTypeError("--run picks one run; with two runs, name each by itself")
+    a, b, where = _summaries(arguments, arguments.path, arguments.other)
+    page = build([a.run, b.run], f"cirron: {where[0]} against {where[1]}", (a, b, where))
+    write_whole(arguments.output, page.encode("utf-8"))
+    print(f"cirron: report of two runs written to {arguments.output}", file=sys.stderr)
     return 0
 
 
@@ -224,51 +343,38 @@ def export(arguments: argparse.Namespace) -> int:
     if arguments.format == "chrome":
         if not arguments.output:
             raise argparse.ArgumentTypeError("--format chrome needs -o FILE")
+        _check_output(arguments.output)
         return export_chrome(arguments)
     if not arguments.endpoint:
         raise argparse.ArgumentTypeError("export needs --endpoint URL (or --format chrome -o FILE)")
-    from opentelemetry.sdk.trace.export import SpanExportResult
-
-    files = _files(arguments.path)
-    processes = {
-        runs.process_key(process.spans[0].resource)
-        for run in _chosen_runs(arguments)
-        for process in run.processes
-    }
-    headers = dict(_header(text) for text in arguments.header)
-    journal = _journal(arguments.path, arguments.endpoint)
-    done = _delivered(journal)
-    todo = [name for name in files if os.path.basename(name) not in done]
-    exporter = _exporter(arguments.endpoint, arguments.protocol, headers)
-    os.makedirs(os.path.dirname(journal), exist_ok=True)
-    sent = failed = 0
     try:
-        with open(journal, "a", encoding="utf-8") as record:
-            for position, (name, spans) in enumerate(_read(todo), 1):
-                if not any(runs.process_key(span.resource) in processes for span in spans):
-                    continue  # another run's file (a spool file is one process's)
-                ok = True
-                for start in range(0, len(spans), _BATCH):
-                    batch = spans[start : start + _BATCH]
-                    if exporter.export(batch) == SpanExportResult.SUCCESS:
-                        sent += len(batch)
-                    else:
-                        failed += len(batch)
-                        ok = False
-                if ok:  # a file counts as delivered once all of it was
-                    record.write(os.path.basename(name) + "\n")
-                    record.flush()
-                _progress(position, len(todo), "exporting")
-    finally:
-        exporter.shutdown()
-    skipped = len(files) - len(todo)
-    print(
-        f"cirron: {sent} spans delivered to {arguments.endpoint}"
-        + (f", {failed} not delivered (run again to retry them)" if failed else "")
-        + (f"; {skipped} files delivered before were skipped" if skipped else ""),
-        file=sys.stderr,
-    )
-    return 1 if failed else 0
+        endpoint = replay.check_endpoint(arguments.endpoint, arguments.protocol)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not arguments.timeout > 0:
+        raise argparse.ArgumentTypeError(f"--timeout must be more than 0, got {arguments.timeout}")
+    headers = dict(_header(text) for text in arguments.header)
+    spans = _chosen(arguments)
+    send = replay.sender(endpoint, arguments.protocol, headers, arguments.timeout)
+    ledger = Ledger(spool_reader.cirron_directory(arguments.path), endpoint)
+    outcome = replay.replay(spans, ledger, send, arguments.all)
+    print(f"cirron: {_summary(outcome, endpoint)}", file=sys.stderr)
+    return 1 if outcome.unsent or outcome.rejected else 0
+
+
+def _summary(outcome: replay.Outcome, endpoint: str) -> str:
+    """One line: what was sent, what the endpoint had already, what is left and why."""
+    text = f"{outcome.sent} spans sent to {endpoint}"
+    if outcome.already:
+        text += f", {outcome.already} it had already"
+    if outcome.rejected:
+        text += f"; {outcome.rejected} rejected ({outcome.rejected_why})"
+    if outcome.unsent:
+        text += (
+            f"; {outcome.unsent} not sent: {outcome.stopped}. Run the same command again "
+            "when the endpoint is up: it sends only what is missing"
+        )
+    return text
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -283,12 +389,71 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="cirron", description="Read and replay the spool of profiled runs."
     )
+    top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = top.add_subparsers(dest="command", required=True)
-    path_help = "the cirron directory (default ./.cirron, or $CIRRON_PATH)"
-    default_path = os.environ.get("CIRRON_PATH") or ".cirron"
+    _show_parser(commands)
+    listed = commands.add_parser("runs", help="list the runs in the folder, oldest first")
+    _path_argument(listed)
+    listed.set_defaults(command_function=list_runs)
+    _report_parser(commands)
+    _compare_parser(commands)
+    _export_parser(commands)
+    return top
 
+
+FOLDER_HELP = "where a run named by number or id is looked up (default ./.cirron, or $CIRRON_PATH)"
+COMPARED_HELP = (
+    "a spool folder or file (its latest run), or a run of --folder by number or id "
+    "(as `cirron runs` lists them)"
+)
+
+
+def _report_parser(commands: Any) -> None:
+    reported = commands.add_parser("report", help="write an offline HTML report of the run(s)")
+    _path_argument(reported)
+    reported.add_argument(
+        "other",
+        nargs="?",
+        help="a second run: the report compares the two (each run as `cirron compare` takes it)",
+    )
+    reported.add_argument("-o", "--output", default="report.html", help="default: report.html")
+    reported.add_argument("--run", help=RUN_HELP)
+    reported.add_argument("--folder", default=_default_folder(), help=FOLDER_HELP)
+    reported.set_defaults(command_function=report)
+
+
+def _compare_parser(commands: Any) -> None:
+    compared = commands.add_parser(
+        "compare",
+        help="two runs side by side: step time by part, throughput, input wait, memory, loss",
+    )
+    compared.add_argument("a", metavar="A", help="the run compared against: " + COMPARED_HELP)
+    compared.add_argument("b", metavar="B", help="the run compared: " + COMPARED_HELP)
+    compared.add_argument("--folder", default=_default_folder(), help=FOLDER_HELP)
+    compared.add_argument(
+        "--threshold",
+        help="exit with 1 when B's median step is slower than A's by more than this, "
+        "e.g. 5%% (for CI)",
+    )
+    compared.add_argument(
+        "--format", choices=("text", "json"), default="text", help="default: text"
+    )
+    compared.set_defaults(command_function=compare_runs)
+
+
+def _path_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "path",
+        nargs="?",
+        default=os.environ.get("CIRRON_PATH") or ".cirron",
+        help="the cirron directory (default ./.cirron, or $CIRRON_PATH), its spool folder, "
+        "or one spool file",
+    )
+
+
+def _show_parser(commands: Any) -> None:
     shown = commands.add_parser("show", help="print the span tree of the run(s)")
-    shown.add_argument("path", nargs="?", default=default_path, help=path_help)
+    _path_argument(shown)
     shown.add_argument("--name", help="only spans of this name (with their subtrees)")
     shown.add_argument("--last", type=int, help="only the N most recently ended spans")
     shown.add_argument("--rank", type=int, help="only the process(es) of this rank")
@@ -298,38 +463,47 @@ def parser() -> argparse.ArgumentParser:
     shown.add_argument(
         "--diagnose", action="store_true", help="print the findings of `cirron report` instead"
     )
+    shown.add_argument(
+        "--ranks",
+        action="store_true",
+        help="a table of the run's ranks, their steps lined up: each rank's step time by part "
+        "(median and p95) and the steps where it was the slowest (text or json)",
+    )
     shown.add_argument("--run", help=RUN_HELP)
     shown.set_defaults(command_function=show)
 
-    listed = commands.add_parser("runs", help="list the runs in the folder, oldest first")
-    listed.add_argument("path", nargs="?", default=default_path, help=path_help)
-    listed.set_defaults(command_function=list_runs)
 
-    reported = commands.add_parser("report", help="write an offline HTML report of the run(s)")
-    reported.add_argument("path", nargs="?", default=default_path, help=path_help)
-    reported.add_argument("-o", "--output", default="report.html", help="default: report.html")
-    reported.add_argument("--run", help=RUN_HELP)
-    reported.set_defaults(command_function=report)
-
-    exported = commands.add_parser("export", help="replay the spool to an OTLP backend (resumable)")
-    exported.add_argument("path", nargs="?", default=default_path, help=path_help)
+def _export_parser(commands: Any) -> None:
+    exported = commands.add_parser(
+        "export",
+        help="send the spool to an OTLP backend (only what it lacks), or write Chrome JSON",
+    )
+    _path_argument(exported)
     exported.add_argument("--endpoint", help="OTLP endpoint, e.g. http://127.0.0.1:4318")
     exported.add_argument(
         "--format", choices=("otlp", "chrome"), default="otlp",
-        help="otlp (replay to --endpoint, the default) or chrome (Chrome Trace Event JSON, -o)",
+        help="otlp (send to --endpoint, the default) or chrome (Chrome Trace Event JSON, -o)",
     )  # fmt: skip
     exported.add_argument("-o", "--output", help="the file --format chrome writes")
     exported.add_argument(
-        "--protocol", choices=("http/protobuf", "grpc"), default="http/protobuf",
+        "--protocol", choices=replay.PROTOCOLS, default="http/protobuf",
         help="default: http/protobuf",
     )  # fmt: skip
     exported.add_argument(
         "--header", action="append", default=[], metavar="KEY=VALUE",
         help="a header for every request (repeatable), e.g. x-mlflow-experiment-id=0",
     )  # fmt: skip
+    exported.add_argument(
+        "--all", action="store_true",
+        help="send every span, also those the endpoint acknowledged before",
+    )  # fmt: skip
+    exported.add_argument(
+        "--timeout", type=float, default=replay.DEFAULT_TIMEOUT, metavar="SECONDS",
+        help="how long one request may take; a dead endpoint ends the export after it "
+        f"(default {replay.DEFAULT_TIMEOUT:g})",
+    )  # fmt: skip
     exported.add_argument("--run", help=RUN_HELP)
     exported.set_defaults(command_function=export)
-    return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -340,12 +514,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for text in getattr(arguments, "header", []):
             _header(text)
         return int(arguments.command_function(arguments))
-    except argparse.ArgumentTypeError as error:
+    except (argparse.ArgumentTypeError, SpoolError, compare.NothingToCompare) as error:
         print(f"cirron: {error}", file=sys.stderr)
         return 2
-    except SpoolError as error:
+    except NothingMatches as error:
         print(f"cirron: {error}", file=sys.stderr)
-        return 2
+        return 1
     except ImportError as error:  # an optional dependency (plotly for the report)
         print(f"cirron: {error}", file=sys.stderr)
         return 2

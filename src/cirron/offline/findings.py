@@ -14,7 +14,10 @@ it is about, and proposes one concrete action. Every figure is read from the run
   out as warm-up;
 - **loss**: a loss that did not decrease;
 - **gaps**: long gaps between steps, and what ran in them (evaluation, checkpoints, nothing);
-- **ranks**: the slowest rank of a run of several;
+- **memory creep**: host memory, or the device memory's step peak, growing from epoch to
+  epoch (:mod:`cirron.offline.resource_findings`);
+- **ranks**: the rank the others wait for, and ranks that recorded fewer steps
+  (:mod:`cirron.offline.rank_findings`);
 - **snapshots**: the first snapshot with NaN or Inf values.
 """
 
@@ -26,8 +29,8 @@ from typing import Any
 
 from ..exporters.lines import format_value
 from ..otel import semconv
-from . import step_findings
-from .finding import ERROR, INFO, SEVERITIES, WARNING, Finding, ms, plural
+from . import rank_findings, resource_findings, step_findings
+from .finding import ERROR, INFO, SEVERITIES, WARNING, Finding, plural
 from .runs import Process, Run
 from .steps import Timeline, is_error, span_id
 
@@ -48,7 +51,8 @@ def diagnose(run: Run) -> list[Finding]:
         findings += step_findings.slow_steps(who, timeline)
         findings += _loss_trend(who, timeline)
         findings += step_findings.gaps(who, timeline)
-    findings += _slowest_rank(timelines)
+        findings += resource_findings.memory_creep(who, timeline)
+    findings += rank_findings.rank_findings(run)
     findings += _snapshots(timelines)
     if not any(timeline.steps for _process, timeline in timelines):
         findings.append(Finding(INFO, "No steps were recorded in this run.", "", "step-times"))
@@ -191,12 +195,20 @@ def _loss_name(names: list[str]) -> str | None:
     return candidates[0] if candidates else None
 
 
-def _loss_trend(who: str, timeline: Timeline) -> list[Finding]:
+def loss_series(timeline: Timeline) -> tuple[str, list[float]] | None:
+    """The training loss mark's name and its finite values in time order; None: no loss mark."""
     marks = _point_marks(timeline)
     name = _loss_name(sorted(marks))
     if name is None:
+        return None
+    return name, [float(value) for _span, value, _time in marks[name] if math.isfinite(value)]
+
+
+def _loss_trend(who: str, timeline: Timeline) -> list[Finding]:
+    found = loss_series(timeline)
+    if found is None:
         return []
-    values = [float(value) for _span, value, _time in marks[name] if math.isfinite(value)]
+    name, values = found
     if len(values) < 20:
         return []
     quarter = len(values) // 4
@@ -217,32 +229,6 @@ def _loss_trend(who: str, timeline: Timeline) -> list[Finding]:
 
 
 # -- across processes ---------------------------------------------------------------------------
-def _slowest_rank(timelines: list[tuple[Process, Timeline]]) -> list[Finding]:
-    medians = {
-        process.label: statistics.median(step.wall_ns for step in timeline.steps)
-        for process, timeline in timelines
-        if timeline.steps
-    }
-    if len(medians) < 2:
-        return []
-    slowest = max(medians, key=lambda label: medians[label])
-    middle = statistics.median(medians.values())
-    gap = (medians[slowest] - middle) / middle if middle else 0.0
-    return [
-        Finding(
-            WARNING if gap > 0.2 else INFO,
-            f"The slowest rank is {slowest}: its median step is {ms(medians[slowest])}, "
-            f"{gap:+.0%} against the median rank.",
-            "every rank waits for the slowest at each gradient sync: compare its data_load "
-            "and parts with another rank's"
-            if gap > 0.2
-            else "",
-            "step-times",
-            {"rank": slowest, "median_ns": medians[slowest], "against_median": gap},
-        )
-    ]
-
-
 def _snapshots(timelines: list[tuple[Process, Timeline]]) -> list[Finding]:
     found = []
     any_snapshot = False

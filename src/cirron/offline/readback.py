@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from ..exporters import lines
@@ -16,6 +17,7 @@ from ..recording.recorder import Recorder
 from . import findings, runs
 
 FORMATS = ("text", "dict", "json", "df")
+PARENT_CYCLE = "parent cycle"  # the "note" of a span whose parents lead back to it
 DF_COLUMNS = [
     "name",
     "index",
@@ -46,20 +48,23 @@ class TraceText(str):
         out = _findings_html(self._spans)
         out.append('<div style="font-family: monospace; white-space: pre">')
 
-        def walk(node: dict[str, Any], depth: int) -> None:
-            line = html.escape(lines.span_line(_NodeView(node)))
+        # A stack, not a recursion: a tree of any depth shows.
+        stack: list[Any] = [(node, 0) for node in reversed(self._nodes)]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):  # the end of a node with children
+                out.append(item)
+                continue
+            node, depth = item
+            line = html.escape(_line(node))
             if not node["children"]:
                 out.append(f'<div style="margin-left: 1.2em">{line}</div>')
-                return
+                continue
             opened = " open" if depth < 2 else ""
             out.append(f'<details{opened} style="margin-left: {0 if depth == 0 else 1.2}em">')
             out.append(f"<summary>{line}</summary>")
-            for child in node["children"]:
-                walk(child, depth + 1)
-            out.append("</details>")
-
-        for node in self._nodes:
-            walk(node, 0)
+            stack.append("</details>")
+            stack.extend((child, depth + 1) for child in reversed(node["children"]))
         out.append("</div>")
         return "".join(out)
 
@@ -121,9 +126,7 @@ def _node(span: Any) -> dict[str, Any]:
         # A long run's later epochs begin traces of their own: their parent in the tree
         # is named by an attribute (see cirron.recording.scopes.open_root).
         "parent_id": (
-            _hex(span.parent.span_id)
-            if span.parent is not None
-            else attributes.get(semconv.PARENT_SPAN_ID)
+            _hex(span.parent.span_id) if span.parent is not None else _named_parent(attributes)
         ),
         "start_ns": span.start_time,
         "end_ns": end,
@@ -137,6 +140,11 @@ def _node(span: Any) -> dict[str, Any]:
     }
 
 
+def _named_parent(attributes: dict[str, Any]) -> str | None:
+    named = attributes.get(semconv.PARENT_SPAN_ID)
+    return named if isinstance(named, str) else None  # a spool from elsewhere may hold anything
+
+
 def _tree(
     spans: list[Any], root_id: str | None
 ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], Any]]]:
@@ -144,12 +152,14 @@ def _tree(
 
     ``root_id``: the session of ``ci.trace()``: a span whose parent is not
     here hangs under it. Without one (a spool of several processes), such a
-    span is a root of its own.
+    span is a root of its own. A span that is its own parent, or whose parents
+    lead back to it, would hang from nothing: see :func:`_break_cycles`.
     """
     pairs = [(_node(span), span) for span in spans]
     by_id = {node["span_id"]: node for node, _span in pairs}
     root = by_id.get(root_id) if root_id else None
     roots = [root] if root is not None else []
+    parents: dict[int, dict[str, Any]] = {}  # by id() of the child
     for node, _span in pairs:
         if node is root:
             continue
@@ -158,12 +168,65 @@ def _tree(
             parent = root  # parent evicted, or a span from another trace
         if parent is not None:
             parent["children"].append(node)
+            parents[id(node)] = parent
         else:
             roots.append(node)
+    _break_cycles(pairs, roots, root, parents)
     for node, _span in pairs:
         node["children"].sort(key=lambda child: child["start_ns"])
     roots.sort(key=lambda node: node["start_ns"])
     return roots, pairs
+
+
+def _break_cycles(
+    pairs: list[tuple[dict[str, Any], Any]],
+    roots: list[dict[str, Any]],
+    root: dict[str, Any] | None,
+    parents: dict[int, dict[str, Any]],
+) -> None:
+    """Hang the earliest span of each parent cycle under ``root`` (else make it a root),
+    noted ``"note": "parent cycle"``, with the spans below it.
+
+    A node no root reaches has a parent no root reaches either: following parents from
+    it ends in a cycle.
+    """
+    reached = _reached(roots)
+    for node, _span in pairs:
+        if id(node) in reached:
+            continue
+        seen: set[int] = set()
+        current = node
+        while id(current) not in seen:  # up to the cycle
+            seen.add(id(current))
+            current = parents[id(current)]
+        cycle = [current]
+        while (member := parents[id(cycle[-1])]) is not current:
+            cycle.append(member)
+        first = min(cycle, key=lambda n: (n["start_ns"] or 0, n["span_id"]))
+        siblings = parents.pop(id(first))["children"]
+        del siblings[next(i for i, child in enumerate(siblings) if child is first)]
+        first["note"] = PARENT_CYCLE
+        if root is not None:
+            root["children"].append(first)
+            parents[id(first)] = root
+        else:
+            roots.append(first)
+        reached |= _reached([first])
+
+
+def _reached(nodes: list[dict[str, Any]]) -> set[int]:
+    """``id()`` of ``nodes`` and of every node below them."""
+    return {id(node) for node, _depth in _walk(nodes)}
+
+
+def _walk(nodes: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], int]]:
+    """Each node of the trees from ``nodes``, with its depth, in order: a loop, not a
+    recursion, so a tree of any depth prints."""
+    stack = [(node, 0) for node in reversed(nodes)]
+    while stack:
+        node, depth = stack.pop()
+        yield node, depth
+        stack.extend((child, depth + 1) for child in reversed(node["children"]))
 
 
 def _depths(roots: list[dict[str, Any]]) -> dict[int, int]:
@@ -197,15 +260,15 @@ def _text(nodes: list[dict[str, Any]], evicted: int, open_as: str) -> str:
     out: list[str] = []
     if evicted:
         out.append(f"({evicted} older spans were evicted from the in-memory trace buffer)")
-
-    def walk(node: dict[str, Any], depth: int) -> None:
-        out.append("  " * depth + lines.span_line(_NodeView(node), open_as))
-        for child in node["children"]:
-            walk(child, depth + 1)
-
-    for node in nodes:
-        walk(node, 0)
+    for node, depth in _walk(nodes):
+        out.append("  " * depth + _line(node, open_as))
     return "\n".join(out)
+
+
+def _line(node: dict[str, Any], open_as: str = lines.OPEN_RUNNING) -> str:
+    """The span's line; a span shown out of its place says why (``(parent cycle)``)."""
+    line = lines.span_line(_NodeView(node), open_as)
+    return f"{line} ({node['note']})" if node.get("note") else line
 
 
 class _NodeView:
@@ -248,13 +311,8 @@ def _frame(nodes: list[dict[str, Any]], depths: dict[int, int] | None = None) ->
             )
         return pd.DataFrame(rows, columns=DF_COLUMNS)
 
-    def walk(node: dict[str, Any], depth: int) -> None:
+    for node, depth in _walk(nodes):
         rows.append({column: node.get(column) for column in DF_COLUMNS} | {"depth": depth})
-        for child in node["children"]:
-            walk(child, depth + 1)
-
-    for node in nodes:
-        walk(node, 0)
     return pd.DataFrame(rows, columns=DF_COLUMNS)
 
 
@@ -301,6 +359,42 @@ def render_spans(
     return _render(roots, pairs, format, name, last, single=False)
 
 
+class _Raw(str):
+    """JSON text to write as it is."""
+
+
+def _json(value: Any) -> str:
+    """``json.dumps`` of nodes (a node, a list of them, or None), node by node with a stack:
+    a tree of any depth. Bytes (an OTLP ``bytesValue``) as hex, as the Chrome export has them."""
+    out: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Raw):
+            out.append(item)
+        elif isinstance(item, list):  # of nodes: "[", the first, ", ", the second, ..., "]"
+            stack.append(_Raw("]"))
+            for position in range(len(item) - 1, -1, -1):
+                stack.append(item[position])
+                if position:
+                    stack.append(_Raw(", "))
+            stack.append(_Raw("["))
+        elif isinstance(item, dict):  # a node: its fields, then its children
+            fields = {key: field for key, field in item.items() if key != "children"}
+            out.append(json.dumps(fields, default=_hex_bytes)[:-1] + ', "children": ')
+            stack.append(_Raw("}"))
+            stack.append(item["children"])
+        else:
+            out.append(json.dumps(item))
+    return "".join(out)
+
+
+def _hex_bytes(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _render(
     roots: list[dict[str, Any]],
     pairs: list[tuple[dict[str, Any], Any]],
@@ -317,7 +411,7 @@ def _render(
     if format == "dict":
         return selected if selected is not None else whole
     if format == "json":
-        return json.dumps(selected if selected is not None else whole)
+        return _json(selected if selected is not None else whole)
     if format == "df":
         return _frame(nodes, _depths(roots) if selected is not None else None)
     # Live, an open span is running; in a spool, its process stopped before it ended.

@@ -16,7 +16,10 @@ What it shows, per process (``rank 0``, or ``pid 1234`` without a rank):
 - every point mark (``loss``, ``lr``, ...) at the step it was recorded in, and the
   summary marks in a table per epoch;
 - from snapshots (``ci.watch(model)``), the weight and gradient norms of the tensors
-  that changed most over the epochs, NaN and Inf marked, and their latest histograms.
+  that changed most over the epochs, NaN and Inf marked, and their latest histograms;
+- for a run of several ranks, a heat map of the ranks by steps (each rank's own time, its
+  wait in collectives left out) and the table ``cirron show --ranks`` prints;
+- for two runs (``cirron report A B``), the table ``cirron compare`` prints, first.
 
 Every name comes from the user's program and is shown as text, never as markup.
 The charts are drawn by :mod:`cirron.offline.charts`.
@@ -29,9 +32,13 @@ from typing import Any
 
 from ..exporters.lines import format_value
 from ..otel import semconv
+from . import compare
 from .charts import Chart, Charted, mark_charts, shorten, step_charts
 from .finding import SEVERITIES, Finding
 from .findings import diagnose
+from .rank_charts import rank_heat_map
+from .ranks import PARTS, WORDS, Alignment, align, rows
+from .resource_charts import resource_charts
 from .runs import Run
 from .snapshot_charts import snapshot_charts
 
@@ -83,6 +90,12 @@ def _sections(charted: Charted) -> list[tuple[str, str, list[Chart], str]]:
     return [
         ("step-charts", "Steps", step_charts(charted), "No steps recorded."),
         ("marks", "Marks", mark_charts(charted), "No numeric point marks recorded."),
+        (
+            "resource-charts",
+            "Memory and CPU",
+            resource_charts(charted),
+            "No step recorded its memory or CPU time.",
+        ),
         (
             "snapshots",
             "Weights and gradients",
@@ -143,9 +156,67 @@ def _cell(value: Any) -> str:
     return "" if value is None or value == "" else format_value(value)
 
 
+# -- ranks and runs -----------------------------------------------------------------------------
+def _ranks(chosen: list[Run]) -> tuple[list[Chart], list[str]]:
+    """The heat map and the table of each run of several ranks (nothing for one rank)."""
+    charts, tables = [], []
+    for run in chosen:
+        alignment = align(run)
+        if alignment is None or not alignment.steps:
+            continue
+        charts.append(rank_heat_map(run, alignment, len(chosen) > 1))
+        tables.append(_rank_table(alignment))
+    return charts, tables
+
+
+def _rank_table(alignment: Alignment) -> str:
+    head = "<th>rank</th><th>steps</th><th>step</th>" + "".join(
+        f"<th>{_escape(WORDS[part])}</th>" for part in PARTS
+    )
+    body = []
+    for row in rows(alignment):
+        cells = [row.label, str(row.steps), _ms_pair(row.step)]
+        cells += [_ms_pair(row.parts[part]) for part in PARTS]
+        cells.append(f"{row.slowest_in} of {alignment.steps}")
+        body.append("<tr>" + "".join(f"<td>{_escape(cell)}</td>" for cell in cells) + "</tr>")
+    return (
+        f"<p class='note'>Median / p95 in ms over the {alignment.steps} steps every rank "
+        "recorded; the last column counts the steps where the rank was the slowest.</p>"
+        f"<table class='ranks'><tr>{head}<th>slowest in</th></tr>{''.join(body)}</table>"
+    )
+
+
+def _ms_pair(pair: tuple[float, float]) -> str:
+    return f"{pair[0] / 1e6:.3g} / {pair[1] / 1e6:.3g}"
+
+
+Compared = tuple[compare.Summary, compare.Summary, tuple[str, str]]
+
+
+def _comparison(compared: Compared) -> str:
+    a, b, where = compared
+    body = "".join(
+        f"<tr><th>{_escape(line.figure)}</th><td>{_escape(compare.shown(line.a, line.unit))}"
+        f"</td><td>{_escape(compare.shown(line.b, line.unit))}</td>"
+        f"<td>{_escape(compare.ratio_text(line))}</td></tr>"
+        for line in compare.lines(a, b)
+    )
+    said, _over = compare.verdict(a, b, None)
+    return (
+        f"<h2 id='comparison'>A against B</h2><p>A: {_escape(compare.heading(a, where[0]))}"
+        f"<br>B: {_escape(compare.heading(b, where[1]))}</p>"
+        f"<table><tr><th></th><th>A</th><th>B</th><th>B/A</th></tr>{body}</table>"
+        f"<p>{_escape(said)}</p>"
+    )
+
+
 # -- the document -------------------------------------------------------------------------------
-def build(chosen: list[Run], title: str = "cirron run report") -> str:
-    """The report as one self-contained HTML document (needs plotly: ``cirron-otel[report]``)."""
+def build(
+    chosen: list[Run], title: str = "cirron run report", compared: Compared | None = None
+) -> str:
+    """The report as one self-contained HTML document (needs plotly: ``cirron-otel[report]``);
+    ``compared``: two runs' summaries (:func:`cirron.offline.compare.summarize`) and where each
+    is, shown first."""
     try:
         import plotly.offline
     except ImportError as error:
@@ -155,6 +226,9 @@ def build(chosen: list[Run], title: str = "cirron run report") -> str:
 
     charted = Charted(chosen)
     sections = _sections(charted)
+    rank_charts, rank_tables = _ranks(chosen)
+    if rank_charts:
+        sections.insert(0, ("rank-charts", "Ranks", rank_charts, ""))
     anchors = {anchor for anchor, *_rest in sections}
     anchors |= {chart.id for _anchor, _heading, charts, _none in sections for chart in charts}
     runs = f" in {len(chosen)} runs" if len(chosen) > 1 else ""
@@ -164,12 +238,15 @@ def build(chosen: list[Run], title: str = "cirron run report") -> str:
         f"<script>{plotly.offline.get_plotlyjs()}</script></head><body>",
         f"<h1>{_escape(title)}</h1>",
         f"<p>{len(charted.spans)} spans from {len(charted.timelines)} process(es){runs}.</p>",
+        _comparison(compared) if compared is not None else "",
         "<h2>Findings</h2>",
         _findings(chosen, anchors),
     ]
     for anchor, heading, charts, none in sections:
         parts.append(f"<h2 id='{anchor}'>{_escape(heading)}</h2>")
         parts += [_chart(chart) for chart in charts] or [f"<p>{_escape(none)}</p>"]
+        if anchor == "rank-charts":
+            parts += rank_tables
     parts.append("<h2 id='summary-marks'>Summary marks per epoch</h2>")
     parts.append(_summary_table(charted))
     parts.append("</body></html>")

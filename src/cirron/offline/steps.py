@@ -33,6 +33,43 @@ def is_error(span: Any) -> bool:
     return bool(span.status.status_code.name == "ERROR")
 
 
+def _named_parent(span: Any) -> int | None:
+    """The id of ``span``'s parent: its parent's, or for a long run's epoch that begins a
+    trace of its own, the one its attribute names."""
+    if span.parent is not None:
+        return int(span.parent.span_id)
+    named = (span.attributes or {}).get(semconv.PARENT_SPAN_ID)
+    try:
+        return int(named, 16) if isinstance(named, str) else None
+    except ValueError:
+        return None
+
+
+def _acyclic_parents(spans: list[Any], by_id: dict[int, Any]) -> dict[int, Any]:
+    """span id -> its parent span, for the spans whose parent is here; a span in a parent
+    cycle (its own parent, or A -> B -> A: only a damaged or forged spool has one) has none,
+    so every walk up or down the tree ends."""
+    parents = {}
+    for span in spans:
+        parent = by_id.get(_named_parent(span))  # type: ignore[arg-type]
+        if parent is not None:
+            parents[span.context.span_id] = parent
+    ends: set[int] = set()  # spans whose walk up is known to end
+    for start in list(parents):
+        path, key = {start}, start
+        while key not in ends:
+            above = parents.get(key)
+            if above is None:
+                break
+            if above.context.span_id in path:  # a cycle: cut it where it closes
+                parents.pop(key, None)
+                break
+            key = above.context.span_id
+            path.add(key)
+        ends.update(path)
+    return parents
+
+
 @dataclass
 class Step:
     number: int  # 0, 1, ... across the run (this process's)
@@ -55,14 +92,12 @@ class Timeline:
     def __init__(self, spans: list[Any]) -> None:
         self.spans = sorted(spans, key=lambda s: s.start_time)
         self.by_id = {span.context.span_id: span for span in self.spans}
+        self._parents = _acyclic_parents(self.spans, self.by_id)
         self.children: dict[int, list[Any]] = defaultdict(list)
         for span in self.spans:
-            parent = span.parent.span_id if span.parent is not None else None
-            if parent is None:  # a long run's epoch that begins a trace of its own
-                named = (span.attributes or {}).get(semconv.PARENT_SPAN_ID)
-                parent = int(named, 16) if isinstance(named, str) else None
+            parent = self._parents.get(span.context.span_id)
             if parent is not None:
-                self.children[parent].append(span)
+                self.children[parent.context.span_id].append(span)
         ended = [s for s in self.spans if s.end_time is not None]
         steps = [s for s in ended if s.name == semconv.STEP] or [
             s for s in ended if s.name == semconv.BATCH
@@ -78,10 +113,8 @@ class Timeline:
         self._parts: dict[int, dict[str, int]] = {}  # by step number: read by several figures
 
     def parent(self, span: Any) -> Any:
-        if span.parent is not None:
-            return self.by_id.get(span.parent.span_id)
-        named = (span.attributes or {}).get(semconv.PARENT_SPAN_ID)
-        return self.by_id.get(int(named, 16)) if isinstance(named, str) else None
+        """The span's parent here, or None (not here, or the span is in a parent cycle)."""
+        return self._parents.get(span.context.span_id)
 
     def started_within(self, start_ns: int, end_ns: int) -> list[Any]:
         """The spans that began in [start_ns, end_ns], in start order."""

@@ -5,13 +5,20 @@ If the process already has an SDK ``TracerProvider`` (one made by
 and replaces nothing. Otherwise it makes one with cirron's resource and sets
 it as the global provider. A provider cirron made for an earlier
 ``ci.profile()`` (ended with ``ci.shutdown()``) is replaced by the new one.
+
+The provider's other processors (the configurator's ``BatchSpanProcessor``
+under ``opentelemetry-instrument``, a user's) are flushed with cirron's own,
+within the same bound: :class:`OthersFlush`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -62,6 +69,68 @@ def remove_processor(provider: TracerProvider, processor: SpanProcessor) -> None
     """Detach ``processor``; the SDK has no public way, so this may do nothing."""
     if not spans.remove_span_processor(provider, processor):
         _log.debug("cirron: could not detach the span processor from the provider")
+
+
+class OthersFlush:
+    """A bounded ``force_flush`` of the provider's processors other than ``ours``, begun now.
+
+    ``BatchSpanProcessor.force_flush`` ignores its timeout: it waits for the
+    exporter's retries (up to ``OTEL_EXPORTER_OTLP_TIMEOUT``, 10 s, against an
+    unreachable endpoint). So each flushes on a thread of its own (one stuck
+    exporter holds up no other), and :meth:`wait` waits for them only until a
+    deadline.
+    """
+
+    def __init__(self, provider: Any, ours: SpanProcessor, timeout: float) -> None:
+        self._flushing: list[tuple[SpanProcessor, threading.Thread]] = []
+        for processor in spans.span_processors(provider):
+            if processor is ours:
+                continue
+            thread = threading.Thread(
+                target=_flush,
+                args=(processor, int(timeout * 1000)),
+                name="cirron-flush-provider",
+                daemon=True,
+            )
+            thread.start()
+            self._flushing.append((processor, thread))
+
+    def wait(self, deadline: float) -> list[SpanProcessor]:
+        """Wait until every flush ended, or ``deadline`` (``time.monotonic()``); returns the
+        processors still flushing."""
+        for _, thread in self._flushing:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [processor for processor, thread in self._flushing if thread.is_alive()]
+
+
+def _flush(processor: SpanProcessor, timeout_millis: int) -> None:
+    try:
+        processor.force_flush(timeout_millis)  # (a BatchSpanProcessor ignores it)
+    except Exception as error:  # noqa: BLE001 - someone else's processor never breaks exit
+        _log.debug("cirron: flushing %s failed: %s", type(processor).__name__, error)
+
+
+def cut_short(provider: Any, processors: Sequence[SpanProcessor], waited: float) -> None:
+    """The process is ending and ``processors`` are still exporting after ``waited`` seconds:
+    shut their exporters down, which ends their retries, and take them off the provider.
+
+    Otherwise the SDK's own exit hook, which runs after cirron's, would wait
+    for those retries (up to 10 s), then shut them down a second time. What
+    they had not delivered is lost (it is in the spool, when the spool is on).
+    """
+    for processor in processors:
+        spans.remove_span_processor(provider, processor)
+        for exporter in spans.exporters_of_processor(processor):
+            _log.warning(
+                "cirron: %s was still exporting %.3g s after the end of the program "
+                "(CIRRON_EXIT_TIMEOUT); the spans it had not delivered are dropped",
+                type(exporter).__name__,
+                waited,
+            )
+            try:
+                exporter.shutdown()
+            except Exception as error:  # noqa: BLE001 - someone else's exporter never breaks exit
+                _log.debug("cirron: shutting %s down failed: %s", type(exporter).__name__, error)
 
 
 def exports_otlp_already(provider: TracerProvider) -> bool:

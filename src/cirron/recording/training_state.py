@@ -50,6 +50,7 @@ class Moment:
         "boundary_done",
         "encloses",
         "batches",
+        "cpu",
     )
 
     def __init__(self, owner: Owner, opened: tuple[Any, Any, Any], index: int, parent: Any) -> None:
@@ -64,6 +65,7 @@ class Moment:
         self.boundary_done = False  # an epoch whose boundary (snapshots) already ran
         self.encloses = False  # its parent is in `enclosing` on its account
         self.batches = 0  # an evaluation pass's batches so far
+        self.cpu: tuple[int, int] | None = None  # a step's (thread, CPU clock) when it began
 
 
 @dataclass(slots=True)
@@ -105,6 +107,8 @@ class TrainingState:
     # When the last step ended: the next one never begins before (steps never overlap).
     last_step_end_ns: int = 0
     last_epoch_end_ns: int = 0
+    # (thread, its CPU clock) where the last step ended: the next one begins there.
+    boundary: tuple[int, int] | None = None
     # Owners whose own work is running now (a Keras fit(), a Keras layer's call): while
     # one holds the levels, lower owners open no epoch or step. Innermost last.
     holders: list[Owner] = field(default_factory=list)

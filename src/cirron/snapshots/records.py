@@ -44,7 +44,7 @@ class TensorRecord(NamedTuple):
     def attributes(self) -> dict[str, Any]:
         found = event_attributes(self.kind, self.dtype, self.shape, self.summary)
         if self.trainable is not None:
-            found["trainable"] = self.trainable
+            found[semconv.TRAINABLE] = self.trainable
         return found
 
 

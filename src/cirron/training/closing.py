@@ -16,7 +16,7 @@ from ..otel import semconv
 from ..recording import training_state
 from ..recording.scopes import close_span
 from ..recording.training_state import Moment, Owner, TrainingState
-from . import boundaries
+from . import boundaries, resources
 from .fetches import record_fetches, take_fetches
 
 _time_ns = time.time_ns
@@ -59,8 +59,12 @@ def close_step(
     if step.encloses:
         release_parent(current, step.parent)
     span = step.opened[0]
-    if not step.complete and span.name == semconv.STEP and span.is_recording():
-        span.set_attribute(semconv.PARTIAL, True)  # it ends before its optimizer moment
+    if span.is_recording():
+        if not step.complete and span.name == semconv.STEP:
+            span.set_attribute(semconv.PARTIAL, True)  # it ends before its optimizer moment
+        current.boundary = resources.step_ends(span, step.cpu)
+    else:
+        current.boundary = None
     now = _time_ns()  # _clamped_end, inline: once a step
     if end_ns is None or end_ns > now:
         end_ns = now

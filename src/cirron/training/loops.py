@@ -18,6 +18,7 @@ from ..otel import semconv
 from ..recording import recorder
 from ..recording.scopes import close_span, open_on
 from ..recording.training_state import USER, Moment
+from . import resources
 
 T = TypeVar("T")
 
@@ -121,11 +122,13 @@ class _Batches(_Loop[T]):
         if rec is None:
             rec = recorder.active()
         opened = self._open
+        boundary = None
         if opened is not None:  # the previous batch: close() inline
             self._open = None
             state = rec.training
             if state.step is opened:
                 state.step = None
+            boundary = resources.step_ends(opened.opened[0], opened.cpu)
             close_span(opened.opened)
         iterator = self._iterator
         if iterator is None:
@@ -152,6 +155,7 @@ class _Batches(_Loop[T]):
             moment = self._moment = Moment(USER, opened, 0, None)
         else:
             moment.opened = opened
+        moment.cpu = boundary or resources.cpu_mark()
         state.step = self._open = moment
         self._index += 1
         return item
@@ -163,6 +167,7 @@ class _Batches(_Loop[T]):
             state = (recorder.current or recorder.active()).training
             if state.step is opened:
                 state.step = None
+            resources.step_ends(opened.opened[0], opened.cpu)
             close_span(opened.opened)
 
 

@@ -15,7 +15,7 @@ from ..recording.marks import marks_from
 from ..recording.recorder import Recorder
 from ..recording.scopes import current_span, open_on, open_root
 from ..recording.training_state import Fetch, Moment, Owner, TrainingState
-from . import boundaries, loop_frames
+from . import boundaries, loop_frames, resources
 from .closing import close_epoch, close_evaluation, close_fallback_epoch, close_step, end_before
 from .fetches import fed, record_fetches, take_fetches
 from .owners import state, yields
@@ -154,7 +154,8 @@ def begin_step(
             fetches = fed(take_fetches())
         if fetches and (start_ns is None or fetches[0].start_ns < start_ns):
             start_ns = fetches[0].start_ns
-        if current.step is not None:
+        continued = current.step is not None  # this step begins where that one ends
+        if continued:
             close_step(current, end_ns=end_before(start_ns))
         if start_ns is not None:
             start_ns = max(start_ns, current.last_step_end_ns)
@@ -171,6 +172,7 @@ def begin_step(
         step = current.step = Moment(
             who, open_on(rec, name, {semconv.INDEX: index}, start_ns), index, parent
         )
+        step.cpu = (current.boundary if continued else None) or resources.cpu_mark()
         if epoch is not None:
             epoch.steps += 1
         if rec.settings.step_sampling is not None:

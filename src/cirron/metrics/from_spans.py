@@ -1,0 +1,248 @@
+"""Metrics derived from the spans, on a sink's thread: the training thread does nothing more.
+
+:class:`SpanMetrics` is a ``SpanExporter`` behind a sink worker of its own: it gets every
+batch of ended spans the flush thread hands out, and records, in the context of the span
+each figure came from (so that its exemplar names that span):
+
+- each point mark (an event with a ``value``): its value, into the histogram named after
+  the mark, with the mark's other attributes;
+- each step (``step`` spans; a run with none, Keras: its ``batch`` spans): its time by part
+  into ``cirron.step.duration`` (``cirron.step.part`` = ``data_load``, ``forward``,
+  ``backward``, ``optimizer_step``, or ``other`` for the rest; a part nested in another,
+  Lightning's forward inside ``optimizer_step``, counts once, as the report counts it),
+  one on ``cirron.steps``, and its ``cpu_ns``, RSS and CUDA peaks into their histograms;
+- each epoch: one on ``cirron.epochs``, and the epoch's line (``stdout``/``log``).
+
+No ``cirron.samples`` counter: no span carries a batch size, so the count of samples is
+not known.
+
+A span's marks are recorded when it arrives. Its step figures wait one batch, with the
+spans of the next batch that ended before it: a forward whose GPU time was not known yet
+reaches the sink one flush after its step, and must still count in that step. What waits
+is a few fields of each span (:class:`Ended`), never the span with its events; the parts
+of a step travel up as a small tree of part spans, keyed by parent.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, TypeGuard
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanContext
+
+from ..exporters.lines import is_point_mark
+from ..otel import semconv
+from ..otel.health import Health
+from .instruments import Instruments, span_context_of
+from .summary import EpochSummary
+
+OTHER = "other"  # the part of a step no part span accounts for
+# Spans that never sit inside a step: the part spans below them count for no step.
+_ABOVE_STEPS = frozenset((semconv.SESSION, semconv.TRAIN, semconv.EPOCH, *semconv.PASSES))
+_MAX_PENDING = 10_000  # parents with part spans waiting for them; past it the oldest go
+# Attributes shared by every value that has them (ci.metrics() keeps a reference per value).
+_PART_ATTRIBUTES = {part: {semconv.STEP_PART: part} for part in (*semconv.STEP_PARTS, OTHER)}
+_NO_ATTRIBUTES: dict[str, Any] = {}
+# Per-step attribute -> (instrument, scale to its unit).
+STEP_FIGURES = {
+    semconv.CPU_NS: (semconv.STEP_CPU_TIME, 1e-9),
+    semconv.PROCESS_MEMORY_USAGE: (semconv.STEP_MEMORY_USAGE, 1),
+    semconv.CUDA_MEMORY_PEAK_ALLOCATED: (semconv.STEP_CUDA_MEMORY_PEAK_ALLOCATED, 1),
+    semconv.CUDA_MEMORY_PEAK_RESERVED: (semconv.STEP_CUDA_MEMORY_PEAK_RESERVED, 1),
+}
+
+
+class Part(NamedTuple):
+    """A part span of a step (``forward``, ...) and the part spans inside it."""
+
+    name: str
+    duration_ns: int
+    inside: list[Part]
+
+
+def step_parts(parts: list[Part], wall_ns: int, data_load_ns: Any = None) -> dict[str, int]:
+    """Nanoseconds of a step in each part and in ``other``; a part nested in a part of
+    another name is that part's time, not its parent's too (:mod:`cirron.offline.steps`)."""
+    totals = dict.fromkeys((*semconv.STEP_PARTS, OTHER), 0)
+
+    def walk(nodes: list[Part], current: str | None) -> None:
+        for node in nodes:
+            if node.name == current:  # a forward inside a forward: the outer one counts
+                walk(node.inside, current)
+                continue
+            totals[node.name] += node.duration_ns
+            if current is not None:
+                totals[current] -= node.duration_ns
+            walk(node.inside, node.name)
+
+    walk(parts, None)
+    if isinstance(data_load_ns, int) and not isinstance(data_load_ns, bool):
+        totals[semconv.DATA_LOAD] += data_load_ns  # a ci.batches batch's wait for its loader
+    totals[OTHER] = max(wall_ns - sum(totals[part] for part in semconv.STEP_PARTS), 0)
+    return totals
+
+
+class Ended(NamedTuple):
+    """What the step figures need of an ended span, held one batch (its marks are recorded
+    when it arrives: a span itself, with its events, is never held)."""
+
+    name: str
+    context: SpanContext
+    parent_id: int | None
+    duration_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+
+
+class SpanMetrics(SpanExporter):
+    """The sink that turns ended spans into measurements; see the module docstring."""
+
+    def __init__(
+        self,
+        instruments: Instruments,
+        summary: EpochSummary | None,
+        health: Health,
+        on_shutdown: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_shutdown``: called once the last spans were handled (the sink worker stops)."""
+        self.instruments = instruments
+        self.summary = summary
+        self.health = health
+        self.on_shutdown = on_shutdown
+        self._held: list[Ended] = []
+        self._parts: collections.OrderedDict[int, list[Part]] = collections.OrderedDict()
+        self._seen_step = False  # a run with step spans: its batch spans are not steps
+        self._lock = threading.Lock()  # export (the sink's thread) and flush (the caller's)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with self._lock:
+            arrived = [ended for ended in map(self._arrive, spans) if ended is not None]
+            if not self._held:
+                self._held = arrived
+                return SpanExportResult.SUCCESS
+            cutoff = max(ended.end_ns for ended in self._held)
+            every = [*self._held, *arrived]
+            self._held = [ended for ended in every if ended.end_ns > cutoff]
+            self._handle([ended for ended in every if ended.end_ns <= cutoff])
+        return SpanExportResult.SUCCESS
+
+    def flush(self) -> None:
+        """Handle every span held (``ci.flush()``, the end of the run)."""
+        with self._lock:
+            held, self._held = self._held, []
+            self._handle(held)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flush()
+        return True
+
+    def shutdown(self) -> None:
+        self.flush()
+        if self.on_shutdown is not None:
+            self.on_shutdown()
+
+    # -- a span arrives: its marks now, the rest held -------------------------------------
+    def _arrive(self, span: ReadableSpan) -> Ended | None:
+        try:
+            context = span.get_span_context()
+            if context is None:
+                return None
+            if span.events:
+                self._marks(span, context)
+            return Ended(
+                span.name,
+                context,
+                span.parent.span_id if span.parent is not None else None,
+                _duration(span),
+                span.end_time or 0,
+                span.attributes or _NO_ATTRIBUTES,
+            )
+        except Exception as error:  # noqa: BLE001 - one span's figures, not the rest
+            self.health.failed("metrics from spans", error, "export_errors")
+            return None
+
+    def _marks(self, span: ReadableSpan, context: SpanContext) -> None:
+        otel_context = span_context_of(context)
+        mark = self.instruments.mark
+        for event in span.events:
+            if is_point_mark(event):
+                found: Any = event.attributes
+                value = found[semconv.MARK_VALUE]
+                attributes = (
+                    {k: v for k, v in found.items() if k != semconv.MARK_VALUE}
+                    if len(found) > 1
+                    else _NO_ATTRIBUTES
+                )
+                kept = mark(event.name, value, attributes, event.timestamp, context, otel_context)
+                if kept and self.summary is not None:
+                    self.summary.mark(event.name, value, event.timestamp)
+
+    # -- one held span at a time, children before parents ---------------------------------
+    def _handle(self, held: list[Ended]) -> None:
+        for ended in sorted(held, key=lambda ended: ended.end_ns):
+            try:
+                self._ended(ended)
+            except Exception as error:  # noqa: BLE001 - one span's figures, not the rest
+                self.health.failed("metrics from spans", error, "export_errors")
+
+    def _ended(self, ended: Ended) -> None:
+        name = ended.name
+        inside = self._parts.pop(ended.context.span_id, [])
+        if name == semconv.STEP or (name == semconv.BATCH and not self._seen_step):
+            self._seen_step = self._seen_step or name == semconv.STEP
+            self._step(ended, inside)
+        elif name in semconv.STEP_PARTS:
+            self._pass_up(ended, [Part(name, ended.duration_ns, inside)])
+        elif name == semconv.EPOCH:
+            self._epoch(ended)
+        elif inside and name not in _ABOVE_STEPS:
+            self._pass_up(ended, inside)  # a scope of the user's between a step and its parts
+
+    def _pass_up(self, ended: Ended, parts: list[Part]) -> None:
+        if ended.parent_id is None:
+            return
+        self._parts.setdefault(ended.parent_id, []).extend(parts)
+        if len(self._parts) > _MAX_PENDING:
+            self._parts.popitem(last=False)
+
+    def _step(self, ended: Ended, inside: list[Part]) -> None:
+        record = self.instruments.record
+        attributes = ended.attributes
+        wall, end, span = ended.duration_ns, ended.end_ns, ended.context
+        context = span_context_of(span)
+        for part, ns in step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS)).items():
+            if ns > 0 or part == OTHER:
+                record(semconv.STEP_DURATION, ns / 1e9, _PART_ATTRIBUTES[part], end, span, context)
+        record(semconv.STEP_COUNT, 1, _NO_ATTRIBUTES, end, span, context)
+        for attribute, (instrument, scale) in STEP_FIGURES.items():
+            value = attributes.get(attribute)
+            if _numeric(value):
+                scaled = value * scale if scale != 1 else value
+                record(instrument, scaled, _NO_ATTRIBUTES, end, span, context)
+        if self.summary is not None:
+            self.summary.step(
+                wall,
+                attributes.get(semconv.CPU_NS),
+                attributes.get(semconv.PROCESS_MEMORY_USAGE),
+                attributes.get(semconv.CUDA_MEMORY_PEAK_ALLOCATED),
+            )
+
+    def _epoch(self, ended: Ended) -> None:
+        self.instruments.record(
+            semconv.EPOCH_COUNT, 1, _NO_ATTRIBUTES, ended.end_ns, ended.context,
+            span_context_of(ended.context),
+        )  # fmt: skip
+        if self.summary is not None:
+            self.summary.epoch_ended(ended.attributes.get(semconv.INDEX), ended.end_ns)
+
+
+def _duration(span: ReadableSpan) -> int:
+    return max((span.end_time or 0) - (span.start_time or 0), 0)
+
+
+def _numeric(value: Any) -> TypeGuard[float | int]:
+    return type(value) in (int, float) and value == value and abs(value) != float("inf")

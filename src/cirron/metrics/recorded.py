@@ -1,0 +1,118 @@
+"""What cirron recorded as metrics, kept in memory for ``ci.metrics()``: one row per measurement.
+
+Every value handed to an instrument is also kept here, with the time it describes (a
+mark's own time, a step's end, a sample's) and the trace and span id its exemplar
+carries, in a bounded deque: past :data:`CAPACITY` rows the oldest go, and are counted.
+This is what the program recorded, not what a backend aggregated: a histogram's every
+value, not its buckets.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+CAPACITY = 25_000  # rows kept: about 5 MB at most (a loss and a step's figures, ~3,000 steps)
+FORMATS = ("df", "dict")
+DF_COLUMNS = ["name", "kind", "unit", "time_ns", "value", "attributes", "trace_id", "span_id"]
+
+
+class Instrument(NamedTuple):
+    kind: str  # OpenTelemetry's name of the instrument: Histogram, Counter, ObservableGauge, ...
+    unit: str
+    description: str
+
+
+class Row(NamedTuple):
+    name: str
+    time_ns: int
+    value: float | int
+    attributes: Mapping[str, Any]
+    trace_id: int  # 0: no span (a system sample)
+    span_id: int
+
+
+class Recorded:
+    """The measurements of one profiler, newest last."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self.rows: collections.deque[Row] = collections.deque(maxlen=capacity)
+        self.instruments: dict[str, Instrument] = {}
+        self._added = itertools.count()
+
+    def describe(self, name: str, kind: str, unit: str, description: str) -> None:
+        self.instruments[name] = Instrument(kind, unit, description)
+
+    def add(
+        self,
+        name: str,
+        time_ns: int,
+        value: float | int,
+        attributes: Mapping[str, Any],
+        trace_id: int = 0,
+        span_id: int = 0,
+    ) -> None:
+        # From the sink's and the sampler's threads, with no lock: a deque's append and a
+        # count's next are atomic.
+        self.rows.append(Row(name, time_ns, value, attributes, trace_id, span_id))
+        next(self._added)
+
+    @property
+    def evicted(self) -> int:
+        """Rows dropped to keep :data:`CAPACITY` (the oldest)."""
+        added = int(repr(self._added)[6:-1])  # count(5) -> 5; reading never advances it
+        return max(0, added - len(self.rows))
+
+    def snapshot(self) -> list[Row]:
+        while True:
+            try:
+                return list(self.rows)
+            except RuntimeError:  # a row came in while copying: copy again
+                continue
+
+
+def _hex(value: int, width: int) -> str | None:
+    return format(value, f"0{width}x") if value else None
+
+
+def _as_dict(row: Row) -> dict[str, Any]:
+    return {
+        "time_ns": row.time_ns,
+        "value": row.value,
+        "attributes": dict(row.attributes),
+        "trace_id": _hex(row.trace_id, 32),
+        "span_id": _hex(row.span_id, 16),
+    }
+
+
+def render(recorded: Recorded | None, format: str = "df") -> Any:
+    """``ci.metrics()``: ``df`` a DataFrame, one row per measurement (:data:`DF_COLUMNS`);
+    ``dict`` per instrument name, ``{"kind", "unit", "description", "points": [...]}``."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
+    rows = recorded.snapshot() if recorded is not None else []
+    instruments = recorded.instruments if recorded is not None else {}
+    if format == "dict":
+        found: dict[str, Any] = {}
+        for row in rows:
+            kind, unit, description = instruments.get(row.name, Instrument("", "", ""))
+            entry = found.setdefault(
+                row.name, {"kind": kind, "unit": unit, "description": description, "points": []}
+            )
+            entry["points"].append(_as_dict(row))
+        return found
+    try:
+        import pandas as pd
+    except ImportError as error:
+        raise ImportError(
+            "ci.metrics(format='df') needs pandas: pip install pandas, or use format='dict'"
+        ) from error
+    records = []
+    for row in rows:
+        instrument = instruments.get(row.name, Instrument("", "", ""))
+        records.append(
+            {"name": row.name, "kind": instrument.kind, "unit": instrument.unit} | _as_dict(row)
+        )
+    return pd.DataFrame(records, columns=DF_COLUMNS)

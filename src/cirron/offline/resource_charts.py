@@ -1,0 +1,89 @@
+"""The report's charts of what the steps cost the machine: memory per step (the process's
+resident memory, and on CUDA the allocator's peak during the step) and how busy the
+training thread was (its CPU time over the step's wall time), each with the epochs'
+boundaries drawn, so a creep from epoch to epoch shows as a staircase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..otel import semconv
+from .charts import Chart, Charted, add_line, plotly
+from .steps import Timeline
+
+MB = 1 << 20
+MEMORY = (  # (attribute, what a line of it is called)
+    (semconv.PROCESS_MEMORY_USAGE, "host RSS"),
+    (semconv.CUDA_MEMORY_PEAK_ALLOCATED, "CUDA peak allocated"),
+    (semconv.CUDA_MEMORY_PEAK_RESERVED, "CUDA peak reserved"),
+)
+
+
+def resource_charts(charted: Charted) -> list[Chart]:
+    """Memory per step and the training thread's CPU share per step (x: step number)."""
+    go = plotly()
+    memory, cpu = go.Figure(), go.Figure()
+    drawn_memory = drawn_cpu = False
+    several = len(charted.timelines) > 1
+    for name, timeline in charted.timelines:
+        prefix = f"{name}: " if several else ""
+        for attribute, what in MEMORY:
+            points = _series(timeline, attribute)
+            if points:
+                add_line(memory, [x for x, _ in points], [y / MB for _, y in points], prefix + what)
+                drawn_memory = True
+        shares = [
+            (step.number, 100 * value / step.wall_ns)
+            for step in timeline.steps
+            if step.wall_ns and isinstance(value := _attribute(step.span, semconv.CPU_NS), int)
+        ]
+        if shares:
+            add_line(
+                cpu, [x for x, _ in shares], [y for _, y in shares], prefix + "training thread"
+            )
+            drawn_cpu = True
+        _epoch_lines(memory, timeline)
+        _epoch_lines(cpu, timeline)
+    memory.update_layout(xaxis_title=semconv.STEP, yaxis_title="MB")
+    cpu.update_layout(xaxis_title=semconv.STEP, yaxis_title="% of the step on the CPU")
+    charts = []
+    if drawn_memory:
+        charts.append(
+            Chart(
+                "resources",
+                "Memory per step",
+                memory,
+                "The process's resident memory at each step's end; on CUDA, the most the "
+                "allocator held during the step. Dotted lines: where epochs begin.",
+            )
+        )
+    if drawn_cpu:
+        charts.append(
+            Chart(
+                "cpu",
+                "Training thread's CPU per step",
+                cpu,
+                "Its CPU time over the step's wall time: near 100 % the thread computed all "
+                "along; low, it waited (for data, the device, I/O or a lock).",
+            )
+        )
+    return charts
+
+
+def _attribute(span: Any, name: str) -> Any:
+    value = (span.attributes or {}).get(name)
+    return None if isinstance(value, bool) else value
+
+
+def _series(timeline: Timeline, attribute: str) -> list[tuple[int, int]]:
+    return [
+        (step.number, value)
+        for step in timeline.steps
+        if isinstance(value := _attribute(step.span, attribute), int)
+    ]
+
+
+def _epoch_lines(figure: Any, timeline: Timeline) -> None:
+    for step in timeline.steps:
+        if step.first_of_epoch and step.number and step.epoch is not None:
+            figure.add_vline(x=step.number - 0.5, line_dash="dot", line_color="#999")

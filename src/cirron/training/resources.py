@@ -1,0 +1,151 @@
+"""What a step cost the machine, on its span: the training thread's CPU time, the process's
+memory, and (a probe a framework registers) the device memory it peaked at.
+
+Read at the step boundaries only, on the training thread, and cheaply (about 2 us a
+step): one ``time.thread_time_ns()`` at each boundary (the step that ends and the one
+that begins share it) and one read of ``/proc/self/statm`` from a file kept open
+(Linux; elsewhere ``getrusage``'s peak, which is what that platform offers at this
+price). A step that ends on another thread than the one it began on (the process is
+ending) has no CPU time: a thread's clock says nothing of another's.
+
+Device probes (:func:`add_device_probe`) are the frameworks' own: the torch hooks
+register one that reads CUDA's allocator peaks and resets them, with no device
+synchronisation. A probe that fails is dropped for the run and warned about once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.trace import Span
+
+from ..otel import semconv
+from ..recording.guard import call_guarded
+
+_thread_time_ns = time.thread_time_ns
+_get_ident = threading.get_ident
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_STATM_BYTES = 64  # the first two of /proc/self/statm's numbers (size, resident) fit
+# A device probe: the figures of the step that ends (attribute -> value), its counters reset.
+DeviceProbe = Callable[[], dict[str, int]]
+_probes: list[DeviceProbe] = []
+
+
+class _Memory:
+    """The process's resident memory, from a file descriptor kept open per process.
+
+    The file is read with libc's ``pread`` called through ``ctypes.PyDLL``, which keeps the
+    interpreter held for the microsecond the kernel takes (``os.pread`` would release it):
+    a training thread that lets go of the interpreter at every step hands it to the sink
+    threads in a way that slows them (a thread that waits for it back can wait a whole
+    switch interval, 5 ms), and the log sink then fell behind a pure-Python loop.
+    ``os.pread`` where that libc call is not to be had."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._pid = 0
+        self._read: Callable[[int], bytes] = _os_read
+
+    def rss_bytes(self) -> int | None:
+        if self._pid != os.getpid():  # first use, or a forked child: its own file
+            self._open()
+        if self._fd is None:
+            return _peak_rss()
+        try:
+            return int(self._read(self._fd).split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            self._fd = None
+            return None
+
+    def _open(self) -> None:
+        self._pid = os.getpid()
+        try:
+            self._fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            self._fd = None
+            return
+        self._read = _held_read() or _os_read
+
+
+def _os_read(fd: int) -> bytes:
+    return os.pread(fd, _STATM_BYTES, 0)
+
+
+def _held_read() -> Callable[[int], bytes] | None:
+    """A read of the first bytes of ``fd`` through libc's ``pread``, the interpreter held."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        pread = ctypes.PyDLL(None).pread
+        pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
+        pread.restype = ctypes.c_ssize_t
+        buffer = ctypes.create_string_buffer(_STATM_BYTES)
+    except (ImportError, OSError, AttributeError):
+        return None
+
+    def read(fd: int) -> bytes:
+        count = pread(fd, buffer, _STATM_BYTES, 0)
+        if count < 0:
+            raise OSError("pread of /proc/self/statm failed")
+        return buffer.raw[:count]
+
+    return read
+
+
+def _peak_rss() -> int | None:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
+
+
+memory = _Memory()
+
+
+def cpu_mark() -> tuple[int, int]:
+    """Where a step begins on this thread: (thread, its CPU clock)."""
+    return _get_ident(), _thread_time_ns()
+
+
+def step_ends(span: Span, began: tuple[int, int] | None) -> tuple[int, int]:
+    """Put the step's figures on ``span`` (it is about to end); returns the CPU mark the next
+    step of this thread begins at."""
+    mark = (_get_ident(), _thread_time_ns())
+    if began is not None and began[0] == mark[0]:
+        span.set_attribute(semconv.CPU_NS, mark[1] - began[1])
+    rss = memory.rss_bytes()
+    if rss is not None:
+        span.set_attribute(semconv.PROCESS_MEMORY_USAGE, rss)
+    for probe in _probes:
+        figures = call_guarded("reading a device's memory at a step", probe)
+        if figures is None:
+            _probes.remove(probe)  # it failed: warned once by the guard, not tried again
+            break
+        for name, value in figures.items():
+            span.set_attribute(name, value)
+    return mark
+
+
+def add_device_probe(probe: DeviceProbe) -> None:
+    """Read ``probe`` at the end of every step (once, however often it is added)."""
+    if probe not in _probes:
+        _probes.append(probe)
+
+
+def remove_device_probe(probe: DeviceProbe) -> None:
+    if probe in _probes:
+        _probes.remove(probe)
+
+
+def reset(_: Any = None) -> None:
+    """Forget the probes (a new profiler)."""
+    _probes.clear()

@@ -1,0 +1,101 @@
+"""``cirron compare A B`` (and ``cirron report A B``) on runs whose difference is known:
+tests/scripts/known_run.py with its step made slower on purpose, or the same run twice."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import clean_environment
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("torch")
+BIN = Path(sys.executable).parent
+KNOWN_RUN = Path(__file__).parent / "scripts" / "known_run.py"
+
+
+def known_run(directory: Path, *flags: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [str(BIN / "python"), str(KNOWN_RUN), *flags], cwd=directory,
+        env=clean_environment(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def cirron(directory: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "cirron"), *arguments], cwd=directory, env=clean_environment(),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``a``: 30 steps of about 10 ms; ``b``: the same, each step 2 ms (20 %) slower."""
+    root = tmp_path_factory.mktemp("compare")
+    known_run(root / "a", "--steps", "30", "--compute-ms", "10", "--mark", "batch_size", "1")
+    known_run(root / "b", "--steps", "30", "--compute-ms", "12", "--mark", "batch_size", "1")
+    return root
+
+
+def test_a_run_compared_with_itself_gives_ratios_of_one_and_exit_0(runs):
+    result = cirron(runs, "compare", "a/.cirron", "a/.cirron", "--threshold", "5%")
+    assert result.returncode == 0, result.stdout + result.stderr
+    ratios = re.findall(r" (\d+\.\d\d)$", result.stdout, re.M)
+    assert ratios and set(ratios) == {"1.00"}, result.stdout
+    assert "within the 5% threshold" in result.stdout
+
+
+def test_a_step_20_percent_slower_exits_non_zero_at_a_10_percent_threshold(runs):
+    result = cirron(runs, "compare", "a/.cirron", "b/.cirron", "--threshold", "10%")
+    assert result.returncode == 1, result.stdout + result.stderr
+    slower = float(re.search(r"B is ([\d.]+)% slower than A", result.stdout).group(1))
+    assert 12 <= slower <= 30, result.stdout
+    assert "over the 10% threshold" in result.stdout
+    assert cirron(runs, "compare", "a/.cirron", "b/.cirron", "--threshold", "50%").returncode == 0
+
+
+def test_compare_as_json_has_every_figure_with_its_ratio(runs):
+    result = cirron(runs, "compare", "a/.cirron", "b/.cirron", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    figures = {f["figure"]: f for f in found["figures"]}
+    assert 1.1 < figures["step, median"]["ratio"] < 1.35
+    assert figures["steps/s"]["ratio"] < 1.0
+    assert figures["samples/s"]["a"] == pytest.approx(figures["steps/s"]["a"])  # batch 1
+    assert figures["host memory peak"]["a"] > 0
+    assert figures["loss, first"]["a"] == figures["loss, first"]["b"]  # the same seed
+    assert found["over_threshold"] is False and found["threshold"] is None
+
+
+def test_two_runs_of_one_folder_by_number(tmp_path):
+    known_run(tmp_path, "--steps", "8", "--compute-ms", "1")
+    known_run(tmp_path, "--steps", "8", "--compute-ms", "1")
+    result = cirron(tmp_path, "compare", "1", "2")
+    assert result.returncode == 0, result.stderr
+    assert ".cirron, run 1" in result.stdout and ".cirron, run 2" in result.stdout
+    wrong = cirron(tmp_path, "compare", "1", "7")
+    assert wrong.returncode == 2 and "'7' is no spool folder, nor one run in" in wrong.stderr
+
+
+def test_a_run_without_steps_is_a_clear_line(tmp_path):
+    known_run(tmp_path / "a", "--steps", "5")
+    known_run(tmp_path / "b", "--steps", "0")
+    result = cirron(tmp_path, "compare", "a/.cirron", "b/.cirron")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "recorded no steps: nothing to compare" in result.stderr
+
+
+def test_the_report_takes_two_runs(runs, tmp_path):
+    pytest.importorskip("plotly")
+    page = tmp_path / "two.html"
+    result = cirron(runs, "report", "a/.cirron", "b/.cirron", "-o", str(page))
+    assert result.returncode == 0, result.stderr
+    text = page.read_text()
+    assert "id='comparison'" in text and "step, median" in text

@@ -1,0 +1,60 @@
+"""The documentation's generated pages, checked without building the site.
+
+``docs/gen_pages.py`` writes the settings, span contract and command pages from the code at
+build time (``mkdocs build --strict`` in scripts/test.sh builds the whole site); here, that the
+settings page has a row for every setting ``ci.profile()`` resolves, the contract every name, and
+the benchmarks' tables (``python -m benchmarks --write-docs``) are markdown the pages can include.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from cirron import config
+from cirron.otel import semconv
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_pages", ROOT / "docs" / "gen_pages.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_settings_page_has_a_row_for_every_setting_with_its_variable():
+    page = generator().settings_page()
+    rows = {
+        m.group(1): line for line in page.splitlines() if (m := re.match(r"\| `(\w+)` \|", line))
+    }
+    for setting, (_validate, variable, _parse) in config._RULES.items():
+        assert setting in rows, f"{setting} is missing from the settings page"
+        assert f"`{variable}`" in rows[setting]
+    assert "enabled" in rows
+
+
+def test_the_span_contract_lists_every_name_of_the_vocabulary():
+    page = generator().spans_page()
+    for name, value in vars(semconv).items():
+        if name.isupper() and isinstance(value, str):
+            assert f"`{value}`" in page, name
+
+
+def test_a_benchmark_writes_its_rows_as_a_markdown_table_without_empty_columns():
+    from benchmarks.table import Row, markdown_table
+
+    table = markdown_table(
+        [Row("empty ci.scope", 2_000.0, "SDK span", 10_000.0), Row("  its RSS", 7.0, unit="MB")],
+        "reference",
+    )
+    lines = table.splitlines()
+    assert lines[0] == "| operation | cirron | spread | baseline (same run) | baseline | ratio |"
+    assert lines[2] == "| empty ci.scope | 2.00 us |  | SDK span | 10.00 us | 0.20x |"
+    assert lines[3].startswith("| &nbsp;&nbsp;its RSS | 7.00 MB |")  # a sub-row stays indented
