@@ -125,6 +125,18 @@ class Script:
         return self.process.returncode, "".join(self.out), "".join(self.err)
 
 
+def cirron(*arguments: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The ``cirron`` command of this interpreter's environment, run in ``cwd`` as a user would."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "cirron"), *arguments],
+        cwd=cwd,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def run_script(
     script: Path,
     *args: str,
@@ -224,6 +236,25 @@ def epoch_batches(spans: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]
         batches = children(spans, epoch, "batch")
         result[attribute(epoch, "index")] = sorted(batches, key=lambda s: attribute(s, "index"))
     return result
+
+
+# A tiny torch loop (2 epochs of 4 steps, a DataLoader, SGD) that prints TRAINED: the body of
+# the scripts the zero-code tests run, as `opentelemetry-instrument python -c` would.
+TINY_TORCH_LOOP = """
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    print("TRAINED", flush=True)
+"""
 
 
 # A tiny BERT trained by the HF Trainer for 2 epochs of 2 steps, no download: the body of the

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cirron.exporters import spool_files, spool_spans
-from support import HF_TINY_TRAINER, clean_environment
+from support import HF_TINY_TRAINER, cirron, clean_environment
 
 try:
     from otlp_receiver import OtlpReceiver
@@ -61,17 +61,6 @@ def profiled_run(directory: Path, **extra: str) -> str:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
-
-
-def cirron(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "cirron"), *arguments],
-        cwd=cwd,
-        env=clean_environment(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def shape(text: str) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import support
 from support import clean_environment
 
 pytestmark = pytest.mark.slow
@@ -29,10 +30,7 @@ def known_run(directory: Path, *flags: str) -> None:
 
 
 def cirron(directory: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "cirron"), *arguments], cwd=directory, env=clean_environment(),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    return support.cirron(*arguments, cwd=directory, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import cirron as ci
+import support
 from support import clean_environment
 
 pytestmark = pytest.mark.slow
@@ -38,10 +39,7 @@ def torchrun(path: Path, *flags: str) -> None:
 
 
 def cirron(directory: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "cirron"), *arguments], cwd=directory, env=clean_environment(),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    return support.cirron(*arguments, cwd=directory, timeout=120)
 
 
 @pytest.fixture(scope="module")

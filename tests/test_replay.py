@@ -20,7 +20,7 @@ import pytest
 
 from cirron.exporters import spool_spans, undelivered_spans
 from otlp_receiver import OtlpReceiver
-from support import clean_environment
+from support import cirron, clean_environment
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -56,17 +56,6 @@ def spooled_run(directory: Path, scopes: int, **environment: str) -> Path:
 
 def span_ids(path: Path) -> set[str]:
     return {span["spanId"] for span in spool_spans(str(path))}
-
-
-def cirron(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "cirron"), *arguments],
-        cwd=cwd,
-        env=clean_environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def received(receiver: OtlpReceiver, expected: set[str], timeout: float = 60) -> dict[str, int]:

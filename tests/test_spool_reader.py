@@ -14,7 +14,6 @@ import copy
 import json
 import logging
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cirron as ci
-from support import clean_environment, run_python
+from support import cirron, run_python
 
 BIN = Path(sys.executable).parent
 GOOD = "100-000001.json"
@@ -125,17 +124,6 @@ CASES = {
     ),
     "bytes that are not UTF-8": lambda good: (b'{"resourceSpans": ["\xff"]}', "UTF-8", []),
 }
-
-
-def cirron(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "cirron"), *arguments],
-        cwd=cwd,
-        env=clean_environment(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def named_once(stderr: str, file: str, reason: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 import support
 from cirron.exporters import spool_spans
-from support import HF_TINY_TRAINER
+from support import HF_TINY_TRAINER, TINY_TORCH_LOOP
 
 try:
     from otlp_receiver import OtlpReceiver
@@ -28,21 +28,7 @@ except ImportError:  # pragma: no cover - run from the repository root
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
-TORCH_LOOP = """
-    import torch
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
-    loader = torch.utils.data.DataLoader(data, batch_size=8)
-    for epoch in range(2):
-        for x, y in loader:
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-    print("TRAINED")
-"""
+TORCH_LOOP = TINY_TORCH_LOOP
 
 PROFILED_LOOP = "import cirron as ci\nci.profile()\n" + textwrap.dedent(TORCH_LOOP)
 

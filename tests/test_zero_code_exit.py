@@ -32,21 +32,7 @@ except ImportError:  # pragma: no cover - run from the repository root
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
-TORCH_LOOP = """
-    import torch
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
-    loader = torch.utils.data.DataLoader(data, batch_size=8)
-    for epoch in range(2):
-        for x, y in loader:
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-    print("TRAINED", flush=True)
-"""
+TORCH_LOOP = support.TINY_TORCH_LOOP
 # The loop, then a wait for the signal (saving a checkpoint, evaluating, ...).
 UNTIL_KILLED = (
     TORCH_LOOP

@@ -57,21 +57,23 @@ def configured_endpoint() -> tuple[str, str] | None:
 
 
 def endpoint_protocol() -> str | None:
-    """The protocol the configured endpoint stands for, or None when it says neither.
-
-    Port 4317 is gRPC; port 4318, or a ``/v1/traces`` path (only OTLP/HTTP has
-    paths), is ``http/protobuf``.
-    """
+    """The protocol the configured endpoint stands for, or None when it says neither."""
     configured = configured_endpoint()
-    if configured is None:
-        return None
-    endpoint = configured[1]
+    return protocol_of(configured[1], "/v1/traces") if configured is not None else None
+
+
+def protocol_of(endpoint: str, signal_path: str) -> str | None:
+    """The protocol ``endpoint`` stands for, or None when it says neither.
+
+    Port 4317 is gRPC; port 4318, or a path that ends in ``signal_path`` (``/v1/traces``;
+    only OTLP/HTTP has paths), is ``http/protobuf``.
+    """
     try:
         parts = urlsplit(endpoint if "//" in endpoint else "//" + endpoint)
         port = parts.port
     except ValueError:  # not a URL the exporter could use either: it will say so
         return None
-    if parts.path.rstrip("/").endswith("/v1/traces"):
+    if parts.path.rstrip("/").endswith(signal_path):
         return "http/protobuf"
     return _PROTOCOL_OF_PORT.get(port) if port is not None else None
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 import logging
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
 from ..otel import environment as env
-from .otlp import _PROTOCOL_OF_PORT, PROTOCOLS, quiet_exporter_loggers, quiet_exports
+from .otlp import PROTOCOLS, protocol_of, quiet_exporter_loggers, quiet_exports
 
 _log = logging.getLogger("cirron")
 
@@ -40,17 +39,7 @@ def metrics_endpoint_configured() -> bool:
 
 def _endpoint_protocol() -> str | None:
     configured = metrics_endpoint()
-    if configured is None:
-        return None
-    endpoint = configured[1]
-    try:
-        parts = urlsplit(endpoint if "//" in endpoint else "//" + endpoint)
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.path.rstrip("/").endswith("/v1/metrics"):
-        return "http/protobuf"
-    return _PROTOCOL_OF_PORT.get(port) if port is not None else None
+    return protocol_of(configured[1], "/v1/metrics") if configured is not None else None
 
 
 def metrics_protocol() -> str:

@@ -44,6 +44,7 @@ from typing import Any
 
 from ..otel import semconv
 from ..otel.version import __version__
+from .steps import named_parent
 
 TRAINING_TRACK = "training"
 NON_FINITE_MARKS = "non-finite marks (not drawn)"
@@ -203,7 +204,7 @@ def _layout(
     slices = []
     for span in sorted(spans, key=lambda s: (s.start_time, -ends[id(s)], depths[id(s)])):
         start, end = span.start_time, ends[id(span)]
-        parent = by_id.get(_parent_id(span))
+        parent = by_id.get(named_parent(span))
         home = tracks[0] if parent is None else placed.get(id(parent))
         kind = f"overlapping {_text(str(span.name))}"
         if span.name == semconv.SNAPSHOT:
@@ -231,25 +232,14 @@ def _track_for(
     return next((t for t in tracks[1:] if t.name == kind and t.fits(start, end, None)), None)
 
 
-def _parent_id(span: Any) -> int | None:
-    """The parent's span id; a later epoch's root names its parent in an attribute."""
-    if span.parent is not None:
-        return int(span.parent.span_id)
-    named = (span.attributes or {}).get(semconv.PARENT_SPAN_ID)
-    try:
-        return int(named, 16) if isinstance(named, str) else None
-    except ValueError:
-        return None
-
-
 def _depths(spans: list[Any], by_id: dict[int | None, Any]) -> dict[int, int]:
     """Each span's depth in its process's tree (an ancestor sorts before a tie)."""
     depths: dict[int, int] = {}
     for span in spans:
-        depth, ancestor = 0, by_id.get(_parent_id(span))
+        depth, ancestor = 0, by_id.get(named_parent(span))
         while ancestor is not None and depth < len(spans):  # a cycle ends too
             depth += 1
-            ancestor = by_id.get(_parent_id(ancestor))
+            ancestor = by_id.get(named_parent(ancestor))
         depths[id(span)] = depth
     return depths
 

@@ -33,7 +33,7 @@ def is_error(span: Any) -> bool:
     return bool(span.status.status_code.name == "ERROR")
 
 
-def _named_parent(span: Any) -> int | None:
+def named_parent(span: Any) -> int | None:
     """The id of ``span``'s parent: its parent's, or for a long run's epoch that begins a
     trace of its own, the one its attribute names."""
     if span.parent is not None:
@@ -51,7 +51,7 @@ def _acyclic_parents(spans: list[Any], by_id: dict[int, Any]) -> dict[int, Any]:
     so every walk up or down the tree ends."""
     parents = {}
     for span in spans:
-        parent = by_id.get(_named_parent(span))  # type: ignore[arg-type]
+        parent = by_id.get(named_parent(span))  # type: ignore[arg-type]
         if parent is not None:
             parents[span.context.span_id] = parent
     ends: set[int] = set()  # spans whose walk up is known to end
