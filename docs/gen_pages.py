@@ -260,6 +260,7 @@ _ACCEPTS: dict[str, Callable[[], str]] = {
     "_snapshots": lambda: " or ".join(_code(m) for m in settings.SNAPSHOT_MODES),
     "_sample_rate": lambda: "a number from 0 to 1",
     "_positive_number": lambda: "a positive number",
+    "_non_negative_number": lambda: "a number, 0 or more",
     "_positive_int": lambda: "a positive int",
     "_count": lambda: "an int, 0 or more",
     "_path": lambda: "a path",
@@ -297,6 +298,9 @@ _MEANING = {
     "sampler thread; `False`: none, and no thread",
     "metrics_interval": "seconds between system samples, and between exports of cirron's own "
     "metric readers",
+    "step_resources_interval": "seconds between steps that carry their CPU time and memory "
+    "(`cpu_ns`, `process.memory.usage`, CUDA peaks), each exact for its step; a step this long "
+    "or longer always carries them; `0`: every step",
     "capture": "what [inference spans](../guide/inference.md) record of a model's inputs and "
     "outputs: prompt and completion text as GenAI messages (secrets redacted), tensor shapes; "
     "unset, `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` can turn text on",

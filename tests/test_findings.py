@@ -176,7 +176,9 @@ def test_small_and_large_numbers_keep_their_digits_in_the_tree(tmp_path):
 
 
 def test_host_memory_that_grows_40_mb_an_epoch_is_said_with_its_rate(tmp_path):
-    known_run(tmp_path, "--epochs", "6", "--steps", "8", "--compute-ms", "0.5", "--leak-mb", "40")
+    # Epochs of a few ms: every step measured, so that each epoch has its end's figure.
+    known_run(tmp_path, "--epochs", "6", "--steps", "8", "--compute-ms", "0.5", "--leak-mb", "40",
+              CIRRON_STEP_RESOURCES_INTERVAL="0")  # fmt: skip
     severity, text = about(findings(tmp_path), "crept up")
     assert severity == "warning" and text.startswith("host memory (RSS) crept up")
     rate = float(re.search(r"crept up ([0-9.]+) MB an epoch over 6 epochs", text).group(1))
@@ -184,5 +186,6 @@ def test_host_memory_that_grows_40_mb_an_epoch_is_said_with_its_rate(tmp_path):
 
 
 def test_memory_that_stays_flat_is_not_called_a_creep(tmp_path):
-    known_run(tmp_path, "--epochs", "6", "--steps", "8", "--compute-ms", "0.5")
+    known_run(tmp_path, "--epochs", "6", "--steps", "8", "--compute-ms", "0.5",
+              CIRRON_STEP_RESOURCES_INTERVAL="0")  # fmt: skip
     assert not [text for _severity, text in findings(tmp_path) if "crept up" in text]

@@ -14,6 +14,7 @@ import cirron as ci
 torch = pytest.importorskip("torch")
 
 MB = 1 << 20
+EVERY_STEP = {"step_resources_interval": 0}  # (by default, one short step every 0.1 s)
 
 
 def steps_of(trace) -> list[dict]:
@@ -37,7 +38,7 @@ def spin(seconds: float) -> None:
 
 def known_loop(work) -> list[dict]:
     """A plain torch loop of 6 steps; ``work(i)`` runs inside step i."""
-    ci.profile(output="none", frameworks=["torch"])
+    ci.profile(output="none", frameworks=["torch"], config=EVERY_STEP)
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.utils.data.TensorDataset(torch.randn(48, 8), torch.randn(48, 1))
@@ -83,7 +84,7 @@ def test_a_step_that_keeps_200_mb_grows_the_process_by_200_mb():
 
 
 def test_ci_batches_steps_have_their_figures_too():
-    ci.profile(output="none", frameworks=[])
+    ci.profile(output="none", frameworks=[], config=EVERY_STEP)
     for i in ci.batches(range(4)):
         if i == 1:
             spin(0.05)
@@ -92,6 +93,26 @@ def test_ci_batches_steps_have_their_figures_too():
     assert [b["index"] for b in batches] == [0, 1, 2, 3]
     assert batches[1]["attributes"]["cpu_ns"] >= 50e6
     assert all(b["attributes"]["process.memory.usage"] > 10 * MB for b in batches)
+
+
+def test_short_steps_carry_their_figures_once_an_interval_and_long_ones_always():
+    ci.profile(output="none", frameworks=[], config={"step_resources_interval": 0.05})
+    for i in ci.batches(range(60)):
+        time.sleep(0.1 if i >= 50 else 0.002)  # 50 short steps (~0.1 s), then 10 long ones
+    ci.shutdown()
+    batches = steps_of(ci.trace(format="dict"))
+    measured = [b["index"] for b in batches if "cpu_ns" in b["attributes"]]
+    short = [i for i in measured if i < 50]
+    assert 0 in short and 1 <= len(short) <= 6, measured  # about one every 0.05 s
+    # Steps longer than the interval: each one after the first (whose beginning came too soon
+    # after the last measured short step).
+    assert set(range(51, 60)) <= set(measured)
+    for b in batches:
+        if "cpu_ns" in b["attributes"]:
+            assert b["attributes"]["process.memory.usage"] > 10 * MB
+            assert b["attributes"]["cpu_ns"] <= b["duration_ns"] * 1.05
+        else:
+            assert "process.memory.usage" not in b["attributes"]
 
 
 @pytest.mark.skipif(
@@ -104,7 +125,7 @@ def test_cpu_runs_have_no_cuda_memory_attributes():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none here)")
 def test_each_step_has_the_cuda_peak_it_reached_and_the_next_starts_afresh():
-    ci.profile(output="none", frameworks=["torch"])
+    ci.profile(output="none", frameworks=["torch"], config=EVERY_STEP)
     model = torch.nn.Linear(256, 256).cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for i in range(5):

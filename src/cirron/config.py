@@ -76,6 +76,9 @@ class Settings:
     # Seconds between system samples and between exports of cirron's own metric readers: per-step
     # figures need sub-minute resolution, and a sample costs microseconds.
     metrics_interval: float = 1.0
+    # Seconds between steps that carry their CPU time and memory (0: every step): each reading
+    # is a system call of microseconds, too many for every short step.
+    step_resources_interval: float = 0.1
     # What inference spans record of inputs and outputs (text, tensor shapes); None: not
     # resolved by ci.profile() (a recorder of plain OpenTelemetry), the environment decides.
     capture: Capture | None = None
@@ -88,6 +91,14 @@ def _positive_number(name: str, value: Any) -> float:
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _non_negative_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be 0 or a positive number, got {value!r}")
     return float(value)
 
 
@@ -299,6 +310,7 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "step_sampling": (_step_sampling, env.CIRRON_STEP_SAMPLING, str.strip),
     "metrics": (_flag, env.CIRRON_METRICS, _flag_text),
     "metrics_interval": (_positive_number, env.CIRRON_METRICS_INTERVAL, float),
+    "step_resources_interval": (_non_negative_number, env.CIRRON_STEP_RESOURCES_INTERVAL, float),
     "capture": (_capture, env.CIRRON_CAPTURE, _capture_text),
 }
 

@@ -116,7 +116,7 @@ class TorchInstrumentor(FrameworkInstrumentor):
         self._patch_distributed(torch)
         torch_spans.CUDA[0] = torch_memory.CUDA[0] = torch.cuda
         torch_memory.RAW_STATS[0] = getattr(torch._C, "_cuda_memoryStats", None)
-        resources.add_device_probe(torch_memory.cuda_peaks)
+        resources.add_device_probe(torch_memory.cuda_peaks, torch_memory.cuda_reset)
         torch_modules.grad_enabled[0] = torch.is_grad_enabled
         training_state.hooks.settle_fetches = _settle
         values.device_reader[0] = torch_spans.device_value

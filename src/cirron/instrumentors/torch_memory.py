@@ -1,4 +1,5 @@
-"""CUDA memory per step: the caching allocator's peaks, read and reset at each step's end.
+"""CUDA memory per step: the caching allocator's peaks, reset as a measured step begins and
+read (and reset) at its end (:mod:`cirron.training.resources` says which steps are measured).
 
 ``torch.cuda.max_memory_allocated()`` / ``max_memory_reserved()`` are peaks since the
 last reset; reading them and resetting at every step boundary gives each step's own
@@ -41,6 +42,13 @@ def cuda_peaks() -> dict[str, int]:
         semconv.CUDA_MEMORY_PEAK_ALLOCATED: allocated,
         semconv.CUDA_MEMORY_PEAK_RESERVED: reserved,
     }
+
+
+def cuda_reset() -> None:
+    """Reset the current device's peaks: a measured step begins (its peaks alone)."""
+    cuda = CUDA[0]
+    if cuda is not None and cuda.is_initialized():
+        cuda.reset_peak_memory_stats(cuda.current_device())
 
 
 def _peaks(cuda: Any, device: int) -> tuple[int, int]:

@@ -50,6 +50,8 @@ CIRRON_STEP_SAMPLING = "CIRRON_STEP_SAMPLING"  # "K,N": hook spans for K steps, 
 CIRRON_SPOOL_MAX_BYTES = "CIRRON_SPOOL_MAX_BYTES"  # bytes of spool files one process may write
 CIRRON_METRICS = "CIRRON_METRICS"  # true / false: OpenTelemetry metrics from the spans
 CIRRON_METRICS_INTERVAL = "CIRRON_METRICS_INTERVAL"  # seconds between system samples
+# Seconds between steps that carry their CPU time and memory (0: every step).
+CIRRON_STEP_RESOURCES_INTERVAL = "CIRRON_STEP_RESOURCES_INTERVAL"
 CIRRON_CAPTURE = "CIRRON_CAPTURE"  # what inference spans record: "text,tensors,max_chars=N"
 
 # Platform context, recorded as resource attributes.

@@ -51,6 +51,9 @@ class Recorder:
     training: TrainingState = field(default_factory=TrainingState)  # the open epoch and step
     signal: str | None = None  # the signal that is ending the process (SIGTERM, SIGINT)
 
+    def __post_init__(self) -> None:
+        self.training.measure_every_ns = int(self.settings.step_resources_interval * 1e9)
+
     def watched_models(self) -> dict[str, Any]:
         """The watched models still alive, by name."""
         models = {name: reference() for name, reference in list(self.watched.items())}

@@ -109,6 +109,10 @@ class TrainingState:
     last_epoch_end_ns: int = 0
     # (thread, its CPU clock) where the last step ended: the next one begins there.
     boundary: tuple[int, int] | None = None
+    # Steps that carry their CPU time and memory (cirron.training.resources): one when this
+    # long has passed since the last such step began (the setting, in ns), and when that was.
+    measure_every_ns: int = 100_000_000
+    measured_ns: int = 0
     # Owners whose own work is running now (a Keras fit(), a Keras layer's call): while
     # one holds the levels, lower owners open no epoch or step. Innermost last.
     holders: list[Owner] = field(default_factory=list)

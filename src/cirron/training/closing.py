@@ -62,7 +62,7 @@ def close_step(
     if span.is_recording():
         if not step.complete and span.name == semconv.STEP:
             span.set_attribute(semconv.PARTIAL, True)  # it ends before its optimizer moment
-        current.boundary = resources.step_ends(span, step.cpu)
+        current.boundary = resources.step_ends(span, step.cpu, current)
     else:
         current.boundary = None
     now = _time_ns()  # _clamped_end, inline: once a step

@@ -128,7 +128,7 @@ class _Batches(_Loop[T]):
             state = rec.training
             if state.step is opened:
                 state.step = None
-            boundary = resources.step_ends(opened.opened[0], opened.cpu)
+            boundary = resources.step_ends(opened.opened[0], opened.cpu, state)
             close_span(opened.opened)
         iterator = self._iterator
         if iterator is None:
@@ -155,7 +155,7 @@ class _Batches(_Loop[T]):
             moment = self._moment = Moment(USER, opened, 0, None)
         else:
             moment.opened = opened
-        moment.cpu = boundary or resources.cpu_mark()
+        moment.cpu = boundary or resources.cpu_mark(state)
         state.step = self._open = moment
         self._index += 1
         return item
@@ -167,7 +167,7 @@ class _Batches(_Loop[T]):
             state = (recorder.current or recorder.active()).training
             if state.step is opened:
                 state.step = None
-            resources.step_ends(opened.opened[0], opened.cpu)
+            resources.step_ends(opened.opened[0], opened.cpu, state)
             close_span(opened.opened)
 
 

@@ -172,7 +172,7 @@ def begin_step(
         step = current.step = Moment(
             who, open_on(rec, name, {semconv.INDEX: index}, start_ns), index, parent
         )
-        step.cpu = (current.boundary if continued else None) or resources.cpu_mark()
+        step.cpu = (current.boundary if continued else None) or resources.cpu_mark(current)
         if epoch is not None:
             epoch.steps += 1
         if rec.settings.step_sampling is not None:

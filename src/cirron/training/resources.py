@@ -26,14 +26,16 @@ from opentelemetry.trace import Span
 
 from ..otel import semconv
 from ..recording.guard import call_guarded
+from ..recording.training_state import TrainingState
 
 _thread_time_ns = time.thread_time_ns
+_monotonic_ns = time.monotonic_ns
 _get_ident = threading.get_ident
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _STATM_BYTES = 64  # the first two of /proc/self/statm's numbers (size, resident) fit
 # A device probe: the figures of the step that ends (attribute -> value), its counters reset.
 DeviceProbe = Callable[[], dict[str, int]]
-_probes: list[DeviceProbe] = []
+_probes: list[tuple[DeviceProbe, Callable[[], None] | None]] = []  # (read, reset)
 
 
 class _Memory:
@@ -111,39 +113,63 @@ def _peak_rss() -> int | None:
 memory = _Memory()
 
 
-def cpu_mark() -> tuple[int, int]:
-    """Where a step begins on this thread: (thread, its CPU clock)."""
+def cpu_mark(state: TrainingState) -> tuple[int, int] | None:
+    """Where a step begins on this thread: (thread, its CPU clock) when the step is to be
+    measured, else None.
+
+    A step is measured when ``state.measure_every_ns`` have passed since the last measured
+    step began (the ``step_resources_interval`` setting; 0: every step). Each reading is a system call that costs microseconds in a step's
+    context (the thread's CPU clock about 5 us, ``/proc/self/statm`` up to 20 us on a VM),
+    a few percent of a 2 ms step if taken at every one: so a run of short steps carries the
+    figures on one step every interval, each exact for its step, and a step as long as the
+    interval or longer carries them always."""
+    now = _monotonic_ns()
+    if state.measured_ns and now - state.measured_ns < state.measure_every_ns:
+        return None
+    state.measured_ns = now
+    for _, reset in _probes:
+        if reset is not None:
+            call_guarded("resetting a device's memory peaks at a step", reset)
     return _get_ident(), _thread_time_ns()
 
 
-def step_ends(span: Span, began: tuple[int, int] | None) -> tuple[int, int]:
-    """Put the step's figures on ``span`` (it is about to end); returns the CPU mark the next
-    step of this thread begins at."""
+def step_ends(
+    span: Span, began: tuple[int, int] | None, state: TrainingState
+) -> tuple[int, int] | None:
+    """Put a measured step's figures on ``span`` (it is about to end; ``began``: its
+    :func:`cpu_mark`, None when it is not measured). Returns the CPU mark the next step of
+    this thread begins at, when that one is to be measured too (the readings are shared)."""
+    if began is None:
+        return None
     mark = (_get_ident(), _thread_time_ns())
-    if began is not None and began[0] == mark[0]:
+    if began[0] == mark[0]:
         span.set_attribute(semconv.CPU_NS, mark[1] - began[1])
     rss = memory.rss_bytes()
     if rss is not None:
         span.set_attribute(semconv.PROCESS_MEMORY_USAGE, rss)
-    for probe in _probes:
-        figures = call_guarded("reading a device's memory at a step", probe)
+    for entry in _probes:
+        figures = call_guarded("reading a device's memory at a step", entry[0])
         if figures is None:
-            _probes.remove(probe)  # it failed: warned once by the guard, not tried again
+            _probes.remove(entry)  # it failed: warned once by the guard, not tried again
             break
         for name, value in figures.items():
             span.set_attribute(name, value)
+    now = _monotonic_ns()
+    if now - state.measured_ns < state.measure_every_ns:
+        return None
+    state.measured_ns = now  # the next step is measured, from these readings
     return mark
 
 
-def add_device_probe(probe: DeviceProbe) -> None:
-    """Read ``probe`` at the end of every step (once, however often it is added)."""
-    if probe not in _probes:
-        _probes.append(probe)
+def add_device_probe(probe: DeviceProbe, reset: Callable[[], None] | None = None) -> None:
+    """Read ``probe`` at the end of every measured step, and call ``reset`` as one begins
+    (the peaks of that step alone); once, however often it is added."""
+    if all(entry[0] is not probe for entry in _probes):
+        _probes.append((probe, reset))
 
 
 def remove_device_probe(probe: DeviceProbe) -> None:
-    if probe in _probes:
-        _probes.remove(probe)
+    _probes[:] = [entry for entry in _probes if entry[0] is not probe]
 
 
 def reset(_: Any = None) -> None:
