@@ -308,7 +308,7 @@ def test_a_hostile_mark_name_renders_as_text_in_the_browser(hostile, tmp_path):
 LEAKING = """
     import torch
     import cirron as ci
-    ci.profile()
+    ci.profile(config={"step_resources_interval": 0})  # every step measured: the chart plots each
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
