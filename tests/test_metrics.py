@@ -105,12 +105,15 @@ def test_each_step_time_is_split_by_part_and_the_parts_add_up_to_the_step(one_to
     train()
     ci.flush()
     frame = ci.metrics()
-    durations = frame[frame.name == "cirron.step.duration"]
-    parts = collections.Counter(a["cirron.step.part"] for a in durations.attributes)
+    times = frame[frame.name == "cirron.step.time"]
+    parts = collections.Counter(a["cirron.step.part"] for a in times.attributes)
     assert parts == {p: 8 for p in ("data_load", "forward", "backward", "optimizer_step", "other")}
+    durations = frame[frame.name == "cirron.step.duration"]
     for node in spans_named("step"):
-        mine = durations[durations.span_id == node["span_id"]]
+        mine = times[times.span_id == node["span_id"]]
         assert mine.value.sum() == pytest.approx(node["duration_ns"] / 1e9, rel=1e-6)
+        (duration,) = durations[durations.span_id == node["span_id"]].value
+        assert duration == pytest.approx(node["duration_ns"] / 1e9, rel=1e-6)
     counted = frame.groupby("name").value.sum()
     assert counted["cirron.steps"] == 8 and counted["cirron.epochs"] == 1  # the 2nd is open
     assert (frame[frame.name == "cirron.step.cpu.time"].value > 0).all()
@@ -126,9 +129,9 @@ def test_the_parts_are_the_ones_the_report_counts(one_torch_thread):
     ci.flush()
     timeline = Timeline(profiler.recorder.store.ended_spans())
     frame = ci.metrics()
-    durations = frame[frame.name == "cirron.step.duration"]
+    times = frame[frame.name == "cirron.step.time"]
     for step in timeline.steps:
-        mine = durations[durations.span_id == format(step.span.context.span_id, "016x")]
+        mine = times[times.span_id == format(step.span.context.span_id, "016x")]
         ours = {a["cirron.step.part"]: v for a, v in zip(mine.attributes, mine.value, strict=True)}
         theirs = {part: ns / 1e9 for part, ns in timeline.parts(step).items() if ns}
         assert ours == pytest.approx(theirs)
@@ -367,7 +370,8 @@ def test_a_real_otlp_receiver_gets_metrics_with_exemplars_whose_span_ids_are_in_
     assert loss and loss <= steps
     assert _exemplar_span_ids(points, "cirron.step.duration", service) <= steps
     assert {p["name"] for p in points if p["resource"].get("service.name") == service} >= {
-        "loss", "cirron.steps", "cirron.epochs", "cirron.step.duration", "process.cpu.time",
+        "loss", "cirron.steps", "cirron.epochs", "cirron.step.duration", "cirron.step.time",
+        "process.cpu.time",
         "process.memory.usage", "cirron.step.memory.usage",
     }  # fmt: skip
 

@@ -6,11 +6,14 @@ each figure came from (so that its exemplar names that span):
 
 - each point mark (an event with a ``value``): its value, into the histogram named after
   the mark, with the mark's other attributes;
-- each step (``step`` spans; a run with none, Keras: its ``batch`` spans): its time by part
-  into ``cirron.step.duration`` (``cirron.step.part`` = ``data_load``, ``forward``,
-  ``backward``, ``optimizer_step``, or ``other`` for the rest; a part nested in another,
-  Lightning's forward inside ``optimizer_step``, counts once, as the report counts it),
-  one on ``cirron.steps``, and its ``cpu_ns``, RSS and CUDA peaks into their histograms;
+- each step (``step`` spans; a run with none, Keras: its ``batch`` spans): its wall time into
+  the ``cirron.step.duration`` histogram, its time by part onto ``cirron.step.time``
+  (``cirron.step.part`` = ``data_load``, ``forward``, ``backward``, ``optimizer_step``, or
+  ``other`` for the rest; a part nested in another, Lightning's forward inside
+  ``optimizer_step``, counts once, as the report counts it), one on ``cirron.steps``, and the
+  ``cpu_ns``, RSS and CUDA peaks of a measured step into their histograms. The time by part
+  and the count are summed counters: an SDK histogram's ``record`` costs about 8 us, and
+  this thread shares the interpreter with training; one a step is what it costs;
 - each epoch: one on ``cirron.epochs``, and the epoch's line (``stdout``/``log``).
 
 No ``cirron.samples`` counter: no span carries a batch size, so the count of samples is
@@ -210,14 +213,15 @@ class SpanMetrics(SpanExporter):
             self._parts.popitem(last=False)
 
     def _step(self, ended: Ended, inside: list[Part]) -> None:
-        record = self.instruments.record
+        record, add = self.instruments.record, self.instruments.add
         attributes = ended.attributes
         wall, end, span = ended.duration_ns, ended.end_ns, ended.context
         context = span_context_of(span)
+        record(semconv.STEP_DURATION, wall / 1e9, _NO_ATTRIBUTES, end, span, context)
         for part, ns in step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS)).items():
             if ns > 0 or part == OTHER:
-                record(semconv.STEP_DURATION, ns / 1e9, _PART_ATTRIBUTES[part], end, span, context)
-        record(semconv.STEP_COUNT, 1, _NO_ATTRIBUTES, end, span, context)
+                add(semconv.STEP_TIME, ns / 1e9, _PART_ATTRIBUTES[part], end, span)
+        add(semconv.STEP_COUNT, 1, _NO_ATTRIBUTES, end, span)
         for attribute, (instrument, scale) in STEP_FIGURES.items():
             value = attributes.get(attribute)
             if _numeric(value):

@@ -90,6 +90,8 @@ class Instruments:
         self.health = health
         # Per synchronous instrument, its record (histogram) or add (counter) on each meter.
         self._writers: dict[str, list[Callable[..., None]]] = {}
+        # Per summed counter, its totals: attribute items -> [total, attributes].
+        self._totals: dict[str, dict[tuple[tuple[str, Any], ...], list[Any]]] = {}
         self._marks: dict[str, str] = {}  # mark name -> instrument name
         self._reserved: set[str] = set()
         self._pid = os.getpid()
@@ -113,6 +115,22 @@ class Instruments:
         self._writers[name] = [
             meter.create_counter(name, unit, description).add for meter in self.meters
         ]
+
+    def summed_counter(self, name: str, unit: str, description: str) -> None:
+        """A counter whose increments (:meth:`add`) are summed here, per attribute set, and
+        read by the SDK as an observable counter when a reader collects: an increment costs
+        a dict update, where an SDK counter's ``add`` costs microseconds (for the counts of
+        every step, on a thread that shares the interpreter with training)."""
+        totals: dict[tuple[tuple[str, Any], ...], list[Any]] = {}
+        self._totals[name] = totals
+        self.observable(
+            name,
+            "counter",
+            unit,
+            description,
+            lambda: [(total, attributes) for total, attributes in list(totals.values())],
+        )
+        self.recorded.describe(name, "Counter", unit, description)  # its rows: the increments
 
     def observable(
         self, name: str, kind: str, unit: str, description: str, callback: Callback
@@ -152,6 +170,32 @@ class Instruments:
         """``value`` into instrument ``name`` (a histogram or a counter) on every meter."""
         for write in self._writers[name]:
             write(value, attributes, context)
+        self.recorded.add(
+            name,
+            time_ns,
+            value,
+            attributes,
+            span.trace_id if span is not None else 0,
+            span.span_id if span is not None else 0,
+        )
+
+    def add(
+        self,
+        name: str,
+        value: float | int,
+        attributes: Mapping[str, Any],
+        time_ns: int,
+        span: SpanContext | None,
+    ) -> None:
+        """``value`` onto summed counter ``name`` (see :meth:`summed_counter`); the increment,
+        with its span, into ``ci.metrics()``."""
+        totals = self._totals[name]
+        key = tuple(attributes.items())
+        entry = totals.get(key)
+        if entry is None:
+            totals[key] = [value, attributes]
+        else:
+            entry[0] += value  # one thread adds (the metrics sink's)
         self.recorded.add(
             name,
             time_ns,

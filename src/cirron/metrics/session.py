@@ -78,11 +78,12 @@ class MetricsSession:
     # -- the instruments ------------------------------------------------------------------
     def _define_instruments(self) -> None:
         add = self.instruments
-        add.histogram(
-            semconv.STEP_DURATION, "s", "a step's wall time, by part (they add up to the step)",
-            DURATION_BOUNDARIES,
+        add.histogram(semconv.STEP_DURATION, "s", "a step's wall time", DURATION_BOUNDARIES)
+        add.summed_counter(
+            semconv.STEP_TIME, "s",
+            "the steps' time in each part, by cirron.step.part (the parts add up to the steps)",
         )  # fmt: skip
-        add.counter(semconv.STEP_COUNT, "{step}", "steps that ended")
+        add.summed_counter(semconv.STEP_COUNT, "{step}", "steps that ended")
         add.counter(semconv.EPOCH_COUNT, "{epoch}", "epochs that ended")
         add.histogram(
             semconv.STEP_CPU_TIME, "s", "the training thread's CPU time in a step",

@@ -172,7 +172,8 @@ TRAINABLE = "trainable"  # a weight the optimizer updates (Keras: false for movi
 
 # -- metrics ---------------------------------------------------------------------------------
 # Instruments cirron records (cirron.metrics). A point mark is an instrument named after the mark.
-STEP_DURATION = "cirron.step.duration"  # histogram, s: a step's time, split by its part
+STEP_DURATION = "cirron.step.duration"  # histogram, s: a step's wall time
+STEP_TIME = "cirron.step.time"  # counter, s: the steps' time in each part, by cirron.step.part
 STEP_PART = "cirron.step.part"  # data_load, forward, backward, optimizer_step or other
 STEP_COUNT = "cirron.steps"  # counter of the steps that ended
 EPOCH_COUNT = "cirron.epochs"  # counter of the epochs that ended
