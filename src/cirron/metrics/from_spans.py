@@ -40,12 +40,14 @@ from opentelemetry.trace import SpanContext
 from ..exporters.lines import is_point_mark
 from ..otel import semconv
 from ..otel.health import Health
+from ..otel.spans import span_ids
 from .instruments import Instruments, span_context_of
 from .summary import EpochSummary
 
 OTHER = "other"  # the part of a step no part span accounts for
 # Spans that never sit inside a step: the part spans below them count for no step.
 _ABOVE_STEPS = frozenset((semconv.SESSION, semconv.TRAIN, semconv.EPOCH, *semconv.PASSES))
+_HELD = frozenset((semconv.STEP, semconv.BATCH, semconv.EPOCH))  # the spans Ended holds
 _MAX_PENDING = 10_000  # parents with part spans waiting for them; past it the oldest go
 # Attributes shared by every value that has them (ci.metrics() keeps a reference per value).
 _PART_ATTRIBUTES = {part: {semconv.STEP_PART: part} for part in (*semconv.STEP_PARTS, OTHER)}
@@ -91,14 +93,16 @@ def step_parts(parts: list[Part], wall_ns: int, data_load_ns: Any = None) -> dic
 
 class Ended(NamedTuple):
     """What the step figures need of an ended span, held one batch (its marks are recorded
-    when it arrives: a span itself, with its events, is never held)."""
+    when it arrives). The span itself is held only for a step or an epoch (its context is
+    its measurements' exemplar); the rest are ids."""
 
     name: str
-    context: SpanContext
+    span_id: int
     parent_id: int | None
     duration_ns: int
     end_ns: int
     attributes: Mapping[str, Any]
+    span: ReadableSpan | None  # a step's or an epoch's
 
 
 class SpanMetrics(SpanExporter):
@@ -151,18 +155,20 @@ class SpanMetrics(SpanExporter):
     # -- a span arrives: its marks now, the rest held -------------------------------------
     def _arrive(self, span: ReadableSpan) -> Ended | None:
         try:
-            context = span.get_span_context()
-            if context is None:
-                return None
+            span_id, parent_id = span_ids(span)
             if span.events:
-                self._marks(span, context)
+                context = span.get_span_context()
+                if context is not None:
+                    self._marks(span, context)
+            name = span.name
             return Ended(
-                span.name,
-                context,
-                span.parent.span_id if span.parent is not None else None,
+                name,
+                span_id,
+                parent_id,
                 _duration(span),
                 span.end_time or 0,
                 span.attributes or _NO_ATTRIBUTES,
+                span if name in _HELD else None,
             )
         except Exception as error:  # noqa: BLE001 - one span's figures, not the rest
             self.health.failed("metrics from spans", error, "export_errors")
@@ -194,7 +200,7 @@ class SpanMetrics(SpanExporter):
 
     def _ended(self, ended: Ended) -> None:
         name = ended.name
-        inside = self._parts.pop(ended.context.span_id, [])
+        inside = self._parts.pop(ended.span_id, [])
         if name == semconv.STEP or (name == semconv.BATCH and not self._seen_step):
             self._seen_step = self._seen_step or name == semconv.STEP
             self._step(ended, inside)
@@ -215,7 +221,8 @@ class SpanMetrics(SpanExporter):
     def _step(self, ended: Ended, inside: list[Part]) -> None:
         record, add = self.instruments.record, self.instruments.add
         attributes = ended.attributes
-        wall, end, span = ended.duration_ns, ended.end_ns, ended.context
+        wall, end = ended.duration_ns, ended.end_ns
+        span = ended.span.get_span_context() if ended.span is not None else None
         context = span_context_of(span)
         record(semconv.STEP_DURATION, wall / 1e9, _NO_ATTRIBUTES, end, span, context)
         for part, ns in step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS)).items():
@@ -236,10 +243,10 @@ class SpanMetrics(SpanExporter):
             )
 
     def _epoch(self, ended: Ended) -> None:
+        span = ended.span.get_span_context() if ended.span is not None else None
         self.instruments.record(
-            semconv.EPOCH_COUNT, 1, _NO_ATTRIBUTES, ended.end_ns, ended.context,
-            span_context_of(ended.context),
-        )  # fmt: skip
+            semconv.EPOCH_COUNT, 1, _NO_ATTRIBUTES, ended.end_ns, span, span_context_of(span)
+        )
         if self.summary is not None:
             self.summary.epoch_ended(ended.attributes.get(semconv.INDEX), ended.end_ns)
 

@@ -427,6 +427,24 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
 SPAN_KEY = _SPAN_KEY  # the key of the current span in an OTel Context
 
 
+def span_ids(span: ReadableSpan) -> tuple[int, int | None]:
+    """(span id, the parent's span id or None) of an ended span, without building its
+    ``SpanContext``: a span of cirron's builds that on first use, and a reader that only needs
+    the ids (the metrics sink, for every span) should not build one per span."""
+    if type(span) is ScopeSpan:
+        parent = span._parent_span
+        if parent is None:
+            return span._span_id, None
+        if type(parent) is ScopeSpan:
+            return span._span_id, parent._span_id
+        return span._span_id, parent.get_span_context().span_id
+    context, parent_context = span.get_span_context(), span.parent
+    return (
+        context.span_id if context is not None else 0,
+        parent_context.span_id if parent_context is not None else None,
+    )
+
+
 def context_variable() -> Any:
     """The ``ContextVar`` behind OpenTelemetry's context, used directly on the hot path.
 
