@@ -21,6 +21,7 @@ from . import (
     inference,
     keras_fit,
     metrics,
+    peers,
     process_costs,
     reference,
     snapshots,
@@ -62,6 +63,7 @@ def _run_each(quick: bool, only: list[str] | None = None) -> dict[str, list[Row]
         (metrics, ""),
         (inference, ""),  # its generate rows only where transformers is installed
         (collectives, "torch"),  # a collective span, a DDP bucket's
+        (peers, "TraceML / one-logger (bash scripts/peers-venvs.sh)"),  # the same MLP step
     ]
     names = [module.__name__.rpartition(".")[2] for module, _ in benchmarks]
     unknown = sorted(set(only or ()) - set(names))
