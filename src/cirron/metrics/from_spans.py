@@ -52,6 +52,7 @@ _MAX_PENDING = 10_000  # parents with part spans waiting for them; past it the o
 # Attributes shared by every value that has them (ci.metrics() keeps a reference per value).
 _PART_ATTRIBUTES = {part: {semconv.STEP_PART: part} for part in (*semconv.STEP_PARTS, OTHER)}
 _NO_ATTRIBUTES: dict[str, Any] = {}
+_NO_PARTS: list[Part] = []  # never changed: a span with no part spans inside
 # Per-step attribute -> (instrument, scale to its unit).
 STEP_FIGURES = {
     semconv.CPU_NS: (semconv.STEP_CPU_TIME, 1e-9),
@@ -161,14 +162,16 @@ class SpanMetrics(SpanExporter):
                 if context is not None:
                     self._marks(span, context)
             name = span.name
+            end, start = span.end_time or 0, span.start_time or 0
+            held = name in _HELD  # (only their attributes are read)
             return Ended(
                 name,
                 span_id,
                 parent_id,
-                _duration(span),
-                span.end_time or 0,
-                span.attributes or _NO_ATTRIBUTES,
-                span if name in _HELD else None,
+                end - start if end > start else 0,
+                end,
+                (span.attributes or _NO_ATTRIBUTES) if held else _NO_ATTRIBUTES,
+                span if held else None,
             )
         except Exception as error:  # noqa: BLE001 - one span's figures, not the rest
             self.health.failed("metrics from spans", error, "export_errors")
@@ -200,7 +203,7 @@ class SpanMetrics(SpanExporter):
 
     def _ended(self, ended: Ended) -> None:
         name = ended.name
-        inside = self._parts.pop(ended.span_id, [])
+        inside = self._parts.pop(ended.span_id, _NO_PARTS)
         if name == semconv.STEP or (name == semconv.BATCH and not self._seen_step):
             self._seen_step = self._seen_step or name == semconv.STEP
             self._step(ended, inside)
@@ -249,10 +252,6 @@ class SpanMetrics(SpanExporter):
         )
         if self.summary is not None:
             self.summary.epoch_ended(ended.attributes.get(semconv.INDEX), ended.end_ns)
-
-
-def _duration(span: ReadableSpan) -> int:
-    return max((span.end_time or 0) - (span.start_time or 0), 0)
 
 
 def _numeric(value: Any) -> TypeGuard[float | int]:

@@ -91,7 +91,7 @@ class Instruments:
         # Per synchronous instrument, its record (histogram) or add (counter) on each meter.
         self._writers: dict[str, list[Callable[..., None]]] = {}
         # Per summed counter, its totals: attribute items -> [total, attributes].
-        self._totals: dict[str, dict[tuple[tuple[str, Any], ...], list[Any]]] = {}
+        self._totals: dict[str, dict[int, list[Any]]] = {}
         self._marks: dict[str, str] = {}  # mark name -> instrument name
         self._reserved: set[str] = set()
         self._pid = os.getpid()
@@ -121,7 +121,7 @@ class Instruments:
         read by the SDK as an observable counter when a reader collects: an increment costs
         a dict update, where an SDK counter's ``add`` costs microseconds (for the counts of
         every step, on a thread that shares the interpreter with training)."""
-        totals: dict[tuple[tuple[str, Any], ...], list[Any]] = {}
+        totals: dict[int, list[Any]] = {}
         self._totals[name] = totals
         self.observable(
             name,
@@ -188,12 +188,13 @@ class Instruments:
         span: SpanContext | None,
     ) -> None:
         """``value`` onto summed counter ``name`` (see :meth:`summed_counter`); the increment,
-        with its span, into ``ci.metrics()``."""
+        with its span, into ``ci.metrics()``. ``attributes``: one of a few dicts that never
+        change, each a series of its own (kept by identity: the entry holds it, so its id is
+        never another's)."""
         totals = self._totals[name]
-        key = tuple(attributes.items())
-        entry = totals.get(key)
+        entry = totals.get(id(attributes))
         if entry is None:
-            totals[key] = [value, attributes]
+            totals[id(attributes)] = [value, attributes]
         else:
             entry[0] += value  # one thread adds (the metrics sink's)
         self.recorded.add(
