@@ -42,3 +42,14 @@ def test_a_number_names_a_run_by_its_place_never_by_an_id_that_begins_with_it():
     with pytest.raises(LookupError, match="matches 2 runs"):
         runs.pick(found, "9a")
     assert runs.pick(found, found[0].id) == [found[0]]
+
+
+def test_the_first_characters_of_an_id_may_all_be_digits():
+    # "637083" of "6370833b...": no run's number (there are two), so one run's id prefix.
+    spans = [
+        session((0x6370833B << 96) + 1, 1, **{semconv.PROCESS_PID: 1}),
+        session((0x9A << 120) + 2, 2, **{semconv.PROCESS_PID: 2}),
+    ]
+    found = runs.runs_of(spans)
+    assert runs.pick(found, "637083") == [found[0]]
+    assert runs.pick(found, "2") == [found[1]]  # a number is still a number

@@ -107,7 +107,8 @@ def runs_of(spans: Sequence[Any]) -> list[Run]:
 
 def pick(runs: list[Run], choice: str | None) -> list[Run]:
     """The runs ``--run`` names: None the latest, ``all``, ``N`` (1 is the oldest, -1 the
-    latest, as ``cirron runs`` numbers them), or a run id or its first characters."""
+    latest, as ``cirron runs`` numbers them), or a run id or its first characters (digits
+    that are no run's number name the one run whose id begins with them, if one does)."""
     if not runs:
         return []
     if choice is None:
@@ -119,11 +120,16 @@ def pick(runs: list[Run], choice: str | None) -> list[Run]:
     except ValueError:
         number = None
     known = ", ".join(f"{n} ({run.id[:12]})" for n, run in enumerate(runs, 1))
-    if number is not None and str(number) == choice.strip():  # a number, never an id's prefix
+    if number is not None and str(number) == choice.strip():  # a run's number first
         if 1 <= number <= len(runs):
             return [runs[number - 1]]
         if -len(runs) <= number <= -1:
             return [runs[number]]
+        # Else the first characters of one run's id that are all digits ("637083" of
+        # "6370833b..."), or no run at all.
+        matches = [run for run in runs if run.id.startswith(choice)]
+        if len(matches) == 1:
+            return matches
         raise LookupError(f"--run {choice!r} names no run; the runs are: {known}, or 'all'")
     matches = [run for run in runs if run.id.startswith(choice)]
     if len(matches) == 1:
