@@ -170,14 +170,7 @@ class Instruments:
         """``value`` into instrument ``name`` (a histogram or a counter) on every meter."""
         for write in self._writers[name]:
             write(value, attributes, context)
-        self.recorded.add(
-            name,
-            time_ns,
-            value,
-            attributes,
-            span.trace_id if span is not None else 0,
-            span.span_id if span is not None else 0,
-        )
+        self._kept(name, value, attributes, time_ns, span)
 
     def add(
         self,
@@ -197,14 +190,19 @@ class Instruments:
             totals[id(attributes)] = [value, attributes]
         else:
             entry[0] += value  # one thread adds (the metrics sink's)
-        self.recorded.add(
-            name,
-            time_ns,
-            value,
-            attributes,
-            span.trace_id if span is not None else 0,
-            span.span_id if span is not None else 0,
-        )
+        self._kept(name, value, attributes, time_ns, span)
+
+    def _kept(
+        self,
+        name: str,
+        value: float | int,
+        attributes: Mapping[str, Any],
+        time_ns: int,
+        span: SpanContext | None,
+    ) -> None:
+        """A value into ``ci.metrics()``, with the ids of the span it came from."""
+        trace_id, span_id = (span.trace_id, span.span_id) if span is not None else (0, 0)
+        self.recorded.add(name, time_ns, value, attributes, trace_id, span_id)
 
     def keep(
         self, name: str, time_ns: int, value: float | int, attributes: Mapping[str, Any]
