@@ -53,3 +53,5 @@ def test_the_first_characters_of_an_id_may_all_be_digits():
     found = runs.runs_of(spans)
     assert runs.pick(found, "637083") == [found[0]]
     assert runs.pick(found, "2") == [found[1]]  # a number is still a number
+    with pytest.raises(LookupError, match="--run '6' names no run"):
+        runs.pick(found, "6")  # a short one: a run's number mistyped, not an id

@@ -740,11 +740,15 @@ def test_the_hooks_add_the_same_work_to_a_step_of_400_modules_as_of_4():
         step()
         ci.shutdown()
         bare = calls_per_step(step)
-        profile()
+        # Only the first step measures its CPU time and memory (they come on a cadence):
+        # the same calls for every counted step, whichever the model.
+        profile(config={"step_resources_interval": 1e6})
         calls_per_step(step, 1)  # the first step's one-off work: the epoch, loop lookups
         added[blocks] = calls_per_step(step) - bare
         ci.shutdown()
-    assert added[200] == added[2] > 0
+    # The same work: a hook per submodule would add hundreds of calls to the deep model's
+    # step. (A step now and then wakes the flush thread: a call or so either way.)
+    assert added[2] > 0 and abs(added[200] - added[2]) <= 5, added
 
 
 def test_a_slow_dataset_shows_in_data_load_inside_the_step():

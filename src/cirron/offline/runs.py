@@ -107,8 +107,9 @@ def runs_of(spans: Sequence[Any]) -> list[Run]:
 
 def pick(runs: list[Run], choice: str | None) -> list[Run]:
     """The runs ``--run`` names: None the latest, ``all``, ``N`` (1 is the oldest, -1 the
-    latest, as ``cirron runs`` numbers them), or a run id or its first characters (digits
-    that are no run's number name the one run whose id begins with them, if one does)."""
+    latest, as ``cirron runs`` numbers them), or a run id or its first characters (4 digits
+    or more that are no run's number name the one run whose id begins with them, if one
+    does)."""
     if not runs:
         return []
     if choice is None:
@@ -125,9 +126,9 @@ def pick(runs: list[Run], choice: str | None) -> list[Run]:
             return [runs[number - 1]]
         if -len(runs) <= number <= -1:
             return [runs[number]]
-        # Else the first characters of one run's id that are all digits ("637083" of
-        # "6370833b..."), or no run at all.
-        matches = [run for run in runs if run.id.startswith(choice)]
+        # Else, 4 digits or more, the first characters of one run's id that are all digits
+        # ("637083" of "6370833b..."); fewer are a run's number mistyped ("7" of 2 runs).
+        matches = [run for run in runs if run.id.startswith(choice)] if len(choice) >= 4 else []
         if len(matches) == 1:
             return matches
         raise LookupError(f"--run {choice!r} names no run; the runs are: {known}, or 'all'")
