@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from opentelemetry.trace import Span
 
@@ -170,8 +169,3 @@ def add_device_probe(probe: DeviceProbe, reset: Callable[[], None] | None = None
 
 def remove_device_probe(probe: DeviceProbe) -> None:
     _probes[:] = [entry for entry in _probes if entry[0] is not probe]
-
-
-def reset(_: Any = None) -> None:
-    """Forget the probes (a new profiler)."""
-    _probes.clear()
