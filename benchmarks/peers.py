@@ -51,8 +51,8 @@ _BUILD = "bash scripts/peers-venvs.sh"
 def _step_objects(case: Callable[[int], None]) -> tuple[Any, Any, Any, Any]:
     """(model, optimizer, loss_fn, loader) of a torch_steps case, read from its closure.
 
-    Both peers are turned on by a ``with`` around each step, and torch_steps' loop has no place
-    for one: reading its objects keeps the step the very same without a second copy of the case.
+    A peer's steps are those of the case's own objects (TraceML's steps outside ``trace_step``
+    and inside it are of one model), run by :func:`benchmarks.torch_steps.steps_of`.
     """
     cells = dict(zip(case.__code__.co_freevars, case.__closure__ or (), strict=True))
     names = ("model", "optimizer", "loss_fn", "loader")
@@ -62,22 +62,9 @@ def _step_objects(case: Callable[[int], None]) -> tuple[Any, Any, Any, Any]:
 def _each_step_in(
     case: Callable[[int], None], around: Callable[[], AbstractContextManager[Any]]
 ) -> Callable[[int], None]:
-    """``case``'s steps, each inside ``with around():``, as a peer's README writes its loop."""
-    model, optimizer, loss_fn, loader = _step_objects(case)
-
-    def run(steps: int) -> None:
-        done = 0
-        while done < steps:
-            for x, y in loader:
-                with around():
-                    optimizer.zero_grad()
-                    loss_fn(model(x), y).backward()
-                    optimizer.step()
-                done += 1
-                if done == steps:
-                    break
-
-    return run
+    """``case``'s steps, of the same model, optimizer and loader, each inside ``with around():``,
+    as a peer's README writes its loop."""
+    return torch_steps.steps_of(*_step_objects(case), around=around)
 
 
 def _alternate(

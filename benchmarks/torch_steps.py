@@ -17,16 +17,22 @@ and remove them on ``ci.shutdown``, which is what the pairs need.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import cirron as ci
 
 from . import reference
 from .table import Row, half_iqr
+
+# What a step runs inside when nothing is turned on around it: one object, reused, so the
+# bare step pays the same ``with`` as a step a peer wraps (a fraction of a microsecond).
+_NOTHING_AROUND = contextlib.nullcontext()
 
 
 def _loader_loop(model: Any, inputs: Any, labels: Any, batch: int) -> Callable[[int], None]:
@@ -36,16 +42,29 @@ def _loader_loop(model: Any, inputs: Any, labels: Any, batch: int) -> Callable[[
     from torch.utils.data import DataLoader, TensorDataset
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loss_fn = nn.CrossEntropyLoss()
     loader = DataLoader(TensorDataset(inputs, labels), batch_size=batch)
+    return steps_of(model, optimizer, nn.CrossEntropyLoss(), loader)
+
+
+def steps_of(
+    model: Any,
+    optimizer: Any,
+    loss_fn: Any,
+    loader: Any,
+    around: Callable[[], AbstractContextManager[Any]] | None = None,
+) -> Callable[[int], None]:
+    """``run(steps)``: steps over ``loader``, as many as asked, each inside ``with around():``
+    when given (a peer turned on around each step, as its README writes the loop:
+    :mod:`benchmarks.peers`)."""
 
     def run(steps: int) -> None:
         done = 0
         while done < steps:
             for x, y in loader:
-                optimizer.zero_grad()
-                loss_fn(model(x), y).backward()
-                optimizer.step()
+                with _NOTHING_AROUND if around is None else around():
+                    optimizer.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
                 done += 1
                 if done == steps:
                     break
@@ -62,6 +81,23 @@ def _mlp_case() -> Callable[[int], None]:
         nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
     )
     return _loader_loop(model, torch.randn(64 * 8, 512), torch.randint(0, 10, (64 * 8,)), 64)
+
+
+def _trivial_case() -> Callable[[int], None]:
+    """A step with (almost) no work: one parameter, a one-element batch (about 90 us bare). The
+    hooks' own cost shows here with the caches warm and little noise."""
+    import torch
+    from torch import nn
+
+    class Scale(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(1))
+
+        def forward(self, x: Any) -> Any:
+            return x * self.weight
+
+    return _loader_loop(Scale(), torch.ones(8, 1), torch.zeros(8, dtype=torch.long), 1)
 
 
 def _conv_case() -> Callable[[int], None]:
@@ -160,6 +196,83 @@ def measure(steps: int, rounds: int) -> dict[str, tuple[list[float], list[float]
     return _interleaved(cases, steps, rounds, {"conv": max(2, steps * 2 // 5)})
 
 
+# The hooks' work on an MLP step, in layers, each measured with the layers below it on: the
+# layer's entry points are replaced by no-ops (module, attributes) for the rounds without it.
+# A benchmark may reach into the package's internals; a test runs it in quick mode, so a
+# renamed entry point fails there, not silently here.
+_LAYERS = (
+    ("hook entries alone", ()),  # the wrappers run, and record nothing
+    (
+        "+ steps, epochs, boundaries",
+        (
+            (
+                "cirron.instrumentors.torch_steps:LOOP",
+                (
+                    "fetch_begins",
+                    "fetch_ends",
+                    "training_work",
+                    "backward_done",
+                    "optimizer_stepping",
+                    "optimizer_stepped",
+                ),
+            ),
+        ),
+    ),  # fmt: skip
+    (
+        "+ hook spans",
+        (("cirron.recording.hook_spans", ("begin", "record_on")),),
+    ),
+    (
+        "+ step CPU time, memory",
+        (("cirron.training.resources", ("cpu_mark", "step_ends")),),
+    ),
+)
+
+
+def _switched_off(layers: Any) -> Any:
+    """Replace the entry points of ``layers`` by no-ops; returns how to put them back."""
+    import importlib
+
+    undo = []
+    for _name, entries in layers:
+        for target, attributes in entries:
+            module_name, _, attribute = target.partition(":")
+            holder = importlib.import_module(module_name)
+            if attribute:
+                holder = getattr(holder, attribute)
+            for name in attributes:
+                undo.append((holder, name, getattr(holder, name)))
+                setattr(holder, name, lambda *args, **kwargs: None)
+    return undo
+
+
+def itemise(case_name: str, steps: int, rounds: int) -> dict[str, list[float]]:
+    """ns per step of ``case_name`` ("mlp", "trivial") with no hooks ("bare") and with the
+    hooks' layers on, one more at a time (:data:`_LAYERS`), in interleaved rounds; runs in a
+    subprocess, under this package only."""
+    import torch
+
+    torch.set_num_threads(1)
+    case = {"mlp": _mlp_case, "trivial": _trivial_case}[case_name]()
+    case(5)
+    names = ["bare", *(name for name, _ in _LAYERS)]
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(rounds):
+        for position in range(len(names)) if round_index % 2 else reversed(range(len(names))):
+            ci.shutdown()
+            undo = _switched_off(_LAYERS[position:]) if position else []
+            try:
+                if position:
+                    ci.profile(output="none", frameworks=["torch"])
+                case(2)
+                samples[names[position]].append(_time(case, steps))
+                ci.shutdown()
+            finally:
+                for holder, name, original in undo:
+                    setattr(holder, name, original)
+    return samples
+
+
 def _calls_per_step(case: Callable[[int], None], steps: int = 10) -> float:
     """Python function calls plus C function calls made per step (``sys.setprofile`` sees both)."""
     calls = 0
@@ -215,6 +328,15 @@ class _Figures:
         return half_iqr(on - off for off, on in self.pairs[name])
 
 
+ITEMISED = (
+    "the added time itemised: each layer of the hooks' work is measured with the layers below it on and those above it "
+    "replaced by no-ops, in interleaved rounds of one process of its own (so the MLP's layers "
+    "need not add up to the row above exactly). The trivial step shows the hooks' own cost "
+    "with little noise; on the MLP step the same work costs more, its caches cold after the "
+    "step's kernels."
+)
+
+
 def run(quick: bool = False) -> list[Row]:
     """The MLP step, the share the hooks add to it, and the added time on a deep model."""
     import torch  # noqa: F401 - ImportError: the caller skips these rows
@@ -235,6 +357,38 @@ def run(quick: bool = False) -> list[Row]:
             return None
         bare, instrumented = counts[0][name]
         return instrumented - bare
+
+    # Under this package only: the layers are ours. The trivial step is short: 10x the steps.
+    layers = {
+        case_name: reference.run_snippet(
+            reference.call_snippet(
+                "torch_steps", "itemise", case_name=case_name, steps=steps * scale,
+                rounds=rounds * 2,
+            )
+        )
+        for case_name, scale in (("mlp", 1), ("trivial", 10))
+    }  # fmt: skip
+
+    def layer(case_name: str, name: str, below: str) -> float:
+        """What layer ``name`` adds to the layers below it: the median over rounds."""
+        samples = layers[case_name]
+        return statistics.median(
+            on - off for off, on in zip(samples[below], samples[name], strict=True)
+        )
+
+    def itemised(case_name: str, note: str = "") -> list[Row]:
+        names = ["bare", *(name for name, _ in _LAYERS)]
+        return [
+            Row(
+                f"  {case_name}: {name}",
+                layer(case_name, name, below),
+                unit="us",
+                note=note if below == "bare" else "",
+            )
+            for below, name in zip(names, names[1:], strict=False)
+        ]
+
+    trivial = layers["trivial"]
 
     def step(figures: _Figures, name: str = "mlp") -> float:
         return figures.bare(name) + figures.added(name)
@@ -288,6 +442,15 @@ def run(quick: bool = False) -> list[Row]:
             theirs.added("deep400") if theirs else None,
             spread=ours.spread("deep400"),
         ),
+        *itemised("mlp", ITEMISED),
+        Row(
+            "trivial step (1 parameter)",
+            statistics.median(trivial[_LAYERS[-1][0]]),
+            "same step, no hooks",
+            statistics.median(trivial["bare"]),
+            "us",
+        ),
+        *itemised("trivial"),
         Row(
             "calls added per MLP step",
             calls_added(ours_calls, "mlp") or 0.0,

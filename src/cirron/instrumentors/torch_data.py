@@ -81,7 +81,10 @@ def make_next(original: Any) -> Any:
         except Exception as error:
             _fetch_ends(loader_pass, started, error)
             raise
-        _fetch_ends(loader_pass, started, None)
+        try:  # the core guard, inline
+            LOOP.fetch_ends(loader_pass, started, None)
+        except Exception as error:  # noqa: BLE001
+            report(SITE, error)
         return item
 
     __next__.__wrapped__ = original  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..otel import semconv
 from ..recording import hook_spans
-from ..recording.guard import call_guarded, guarded
+from ..recording.guard import call_guarded, guarded, report
 from ..recording.hook_spans import HookSpan
 from . import torch_collectives, torch_comm_hooks
 from .torch_spans import SITE, close_guarded, open_hook, torch_module
@@ -83,9 +83,9 @@ def any_seen_model_training() -> bool:
     return any(model.training for model in models if model is not None)
 
 
-@guarded(SITE)
 def _open_forward(module: Any) -> HookSpan | None:
-    """The ``forward`` span of an outermost call, after telling the loop what work it is."""
+    """The ``forward`` span of an outermost call, after telling the loop what work it is
+    (behind the core guard, inline in :func:`_outermost_call`)."""
     entry = seen_models.get(id(module)) or _remember(module)
     attributes: dict[str, Any] = {semconv.MODE: semconv.MODE_TRAIN, semconv.MODULE: entry[1]}
     if entry[2] is not None:
@@ -115,7 +115,13 @@ def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
     try:
         # A loss module (and any module inside it, e.g. a perceptual loss's
         # network) is not a forward of the model.
-        entered = None if isinstance(self, _loss_class[0]) else _open_forward(self)
+        if isinstance(self, _loss_class[0]):
+            return original(self, *args, **kwargs)
+        try:  # the core guard, inline (as for each guarded call below): once a forward
+            entered = _open_forward(self)
+        except Exception as failure:  # noqa: BLE001
+            report(SITE, failure)
+            entered = None
         if entered is None:
             return original(self, *args, **kwargs)
         try:
@@ -123,7 +129,10 @@ def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
         except BaseException as error:
             close_guarded(entered, None if _control_flow(error) else error)
             raise
-        close_guarded(entered)
+        try:
+            hook_spans.end(entered)
+        except Exception as failure:  # noqa: BLE001
+            report(SITE, failure)
         return result
     finally:
         _inside_forward = False
@@ -186,7 +195,6 @@ def make_train(original: Any) -> Any:
 
 
 # -- backward ----------------------------------------------------------------------
-@guarded(SITE)
 def _open_backward() -> HookSpan | None:
     LOOP.training_work()
     hook = open_hook(semconv.BACKWARD, {})
@@ -195,7 +203,6 @@ def _open_backward() -> HookSpan | None:
     return hook
 
 
-@guarded(SITE)
 def _close_backward(entered: HookSpan | None, error: BaseException | None = None) -> None:
     if entered is not None:
         torch_collectives.backward_ends(entered)
@@ -206,9 +213,14 @@ def _close_backward(entered: HookSpan | None, error: BaseException | None = None
 
 def make_backward(original: Any) -> Any:
     """Our ``torch.autograd.backward``; ``Tensor.backward`` calls it, so one patch covers both."""
+    close_backward = guarded(SITE)(_close_backward)  # a backward that raised
 
     def backward(*args: Any, **kwargs: Any) -> Any:
-        entered = _open_backward()
+        try:  # the core guard, inline: once a backward
+            entered = _open_backward()
+        except Exception as failure:  # noqa: BLE001
+            report(SITE, failure)
+            entered = None
         running = backward_running
         running[0] += 1
         running[1] = _thread_id()
@@ -216,10 +228,13 @@ def make_backward(original: Any) -> Any:
             result = original(*args, **kwargs)
         except BaseException as error:
             running[0] -= 1
-            _close_backward(entered, error)
+            close_backward(entered, error)
             raise
         running[0] -= 1
-        _close_backward(entered)
+        try:
+            _close_backward(entered)
+        except Exception as failure:  # noqa: BLE001
+            report(SITE, failure)
         return result
 
     backward.__wrapped__ = original  # type: ignore[attr-defined]

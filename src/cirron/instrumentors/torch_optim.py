@@ -13,7 +13,7 @@ from typing import Any
 from .. import training
 from ..otel import semconv
 from ..recording import hook_spans
-from ..recording.guard import guarded
+from ..recording.guard import guarded, report
 from ..recording.hook_spans import HookSpan
 from .torch_spans import SITE, open_hook
 from .torch_steps import LOOP, TORCH
@@ -22,10 +22,17 @@ optimizer_spans: dict[int, HookSpan] = {}  # the open optimizer_step span of eac
 
 
 # -- optimizer ---------------------------------------------------------------------
-@guarded(SITE)
 def before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> Any:
     """torch's pre hook: the ``optimizer_step`` span begins. A closure (LBFGS) comes back
     wrapped, so that the span of a step whose closure raises ends then, with the error."""
+    try:  # the core guard, inline: once an optimizer step
+        return _before_optimizer_step(optimizer, args, kwargs)
+    except Exception as error:  # noqa: BLE001
+        report(SITE, error)
+        return None
+
+
+def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> Any:
     stale = optimizer_spans.pop(id(optimizer), None)
     if stale is not None:  # the previous step() raised outside a closure, and was caught
         hook_spans.end(stale, RuntimeError("optimizer.step() raised"))
@@ -63,12 +70,15 @@ def _optimizer_failed(optimizer: Any, error: BaseException) -> None:
         hook_spans.end(entered, error)
 
 
-@guarded(SITE)
 def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    entered = optimizer_spans.pop(id(optimizer), None)
-    if entered is not None:
-        hook_spans.end(entered)
-    LOOP.optimizer_stepped(sys._getframe(2))  # torch's wrapper: the user's step() above it
+    """torch's post hook: the ``optimizer_step`` span ends, and the step's work is done."""
+    try:  # the core guard, inline: once an optimizer step
+        entered = optimizer_spans.pop(id(optimizer), None)
+        if entered is not None:
+            hook_spans.end(entered)
+        LOOP.optimizer_stepped(sys._getframe(1))  # torch's wrapper: the user's step() above it
+    except Exception as error:  # noqa: BLE001
+        report(SITE, error)
 
 
 @guarded(SITE)

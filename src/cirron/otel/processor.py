@@ -139,7 +139,13 @@ class RingBufferSpanProcessor(SpanProcessor):
             return
         next(self._ended)  # health: spans_ended
         if self.sinks:
-            self._enqueue(span, wait=True)
+            ring = self._ring
+            if len(ring) < self.capacity:  # _enqueue, inline while there is room
+                ring.append(span)
+                if len(ring) >= self._wake_at:
+                    self._wakeup.set()
+            else:
+                self._enqueue(span, wait=True)
         # Last: while a span is still among the store's open spans, the signal
         # path knows it may not have reached the ring yet (see on_end_interrupted).
         # TraceStore.ended, inline like TraceStore.started in on_start: a call

@@ -114,11 +114,29 @@ def end(hook: HookSpan, error: BaseException | None = None) -> None:
     parent = hook.parent
     if hook.opened is None and error is None:
         hook.parent = None  # built from here on: build_open must not build it again
-        _unlist(hook)  # (if build_open ran meanwhile, it gave it a span, unless just now)
-        if hook.opened is None:
-            _finished(
-                hook.name, parent, hook.attributes, hook.context, hook.start_ns, end_ns, deferred
+        try:  # _unlist, inline: this runs for every hook span
+            _open.remove(hook)
+        except ValueError:  # another thread's build_open took it off
+            pass
+        if hook.opened is None:  # (if build_open ran meanwhile, it gave it a span)
+            record = (
+                hook.name,
+                parent,
+                hook.attributes,
+                hook.context,
+                hook.start_ns,
+                end_ns,
+                deferred,
             )
+            rec = recorder.current  # _finished, inline
+            processor = rec.processor if rec is not None else None
+            noted = processor.noted if processor is not None else None
+            if noted is None:
+                ScopeSpan.finished(*record)
+                return
+            noted.append(record)
+            if len(noted) >= NOTED_WAKE_AT:
+                processor.noted_many()  # type: ignore[union-attr]
             return
     _end_built(hook, parent, error, deferred, end_ns)
 

@@ -52,9 +52,8 @@ _context_var = context_variable()  # the OTel context, without the API's layers
 
 
 def _lean_trace_id(parent: Span) -> int | None:
-    """The trace id for a lean child of ``parent``, or None when the SDK must decide."""
-    if type(parent) is ScopeSpan:
-        return parent._trace_id  # type: ignore[no-any-return]
+    """The trace id for a lean child of ``parent`` (an SDK or foreign span), or None when the
+    SDK must decide."""
     context = parent.get_span_context()
     return context.trace_id if context.trace_flags.sampled else None  # type: ignore[no-any-return]
 
@@ -196,7 +195,11 @@ def _start_span(
         parent = rec.session  # None on a provider-bound recorder: a root span
         parent_context = rec.session_context
     if lean is not None:
-        trace_id = lean.new_trace_id() if parent is None else _lean_trace_id(parent)
+        trace_id: int | None
+        if type(parent) is ScopeSpan:  # cirron.session, as usual at the top level
+            trace_id = parent._trace_id
+        else:
+            trace_id = lean.new_trace_id() if parent is None else _lean_trace_id(parent)
         if trace_id is not None:
             return ScopeSpan(name, trace_id, parent, attributes, lean, parent_context, start_ns)
     # a custom sampler or an unsampled foreign parent: the SDK decides

@@ -62,7 +62,9 @@ def close_step(
     if span.is_recording():
         if not step.complete and span.name == semconv.STEP:
             span.set_attribute(semconv.PARTIAL, True)  # it ends before its optimizer moment
-        current.boundary = resources.step_ends(span, step.cpu, current)
+        # (not measured: nothing to read, and no call, at most steps)
+        cpu = step.cpu
+        current.boundary = resources.step_ends(span, cpu, current) if cpu is not None else None
     else:
         current.boundary = None
     now = _time_ns()  # _clamped_end, inline: once a step

@@ -128,7 +128,8 @@ class _Batches(_Loop[T]):
             state = rec.training
             if state.step is opened:
                 state.step = None
-            boundary = resources.step_ends(opened.opened[0], opened.cpu, state)
+            if opened.cpu is not None:  # a measured step (see resources.cpu_mark)
+                boundary = resources.step_ends(opened.opened[0], opened.cpu, state)
             close_span(opened.opened)
         iterator = self._iterator
         if iterator is None:
