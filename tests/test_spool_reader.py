@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import collections
 import copy
+import gc
 import json
 import logging
 import shutil
@@ -193,6 +194,22 @@ def test_spool_spans_warns_once_about_a_bad_file_and_keeps_every_good_span(
     warnings = [r.getMessage() for r in caplog.records if r.name == "cirron"]
     assert len(warnings) == 2  # one per call
     assert all(BAD in warning and reason in warning for warning in warnings), warnings
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_reading_a_spool_leaves_the_garbage_collector_as_it_found_it(spool, collector_on):
+    """The reader pauses Python's cycle collector while it parses a file (none of what a file
+    holds is in a cycle); after it, a bad file included, the collector is as the program set it."""
+    (spool / "spool" / BAD).write_bytes(b"{not json")
+    was = gc.isenabled()
+    (gc.enable if collector_on else gc.disable)()
+    try:
+        spans = ci.spool_spans(str(spool))
+        requests = ci.read_spool(str(spool))
+        assert gc.isenabled() is collector_on
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert spans and len(requests) == 1  # the good file's; the bad one is named and left out
 
 
 def test_spool_spans_gives_a_lone_surrogate_as_written_and_the_reader_repairs_it(

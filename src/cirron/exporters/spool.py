@@ -136,11 +136,12 @@ def spool_spans(path: str = ".cirron") -> list[dict[str, Any]]:
     """
     spans = []
     for request in _read(path):
-        for resource_spans in request["resourceSpans"]:
-            resource = resource_spans["resource"]["attributes"]
-            for scope_spans in resource_spans["scopeSpans"]:
-                for span in scope_spans["spans"]:
-                    spans.append(dict(span, resource=resource))
+        with spool_reader.collector_paused():  # a dict a span, none in a cycle
+            for resource_spans in request["resourceSpans"]:
+                resource = resource_spans["resource"]["attributes"]
+                for scope_spans in resource_spans["scopeSpans"]:
+                    for span in scope_spans["spans"]:
+                        spans.append(dict(span, resource=resource))
     return spans
 
 
