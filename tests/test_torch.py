@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 import cirron.training  # noqa: E402
 from cirron.instrumentors.torch import TorchInstrumentor  # noqa: E402
 from cirron.instrumentors.torch_steps import TorchLoop  # noqa: E402
+from cirron.recording import hook_spans  # noqa: E402
 from cirron.snapshots.watch import watched_models  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -936,6 +937,7 @@ def broken(*args, **kwargs):
         (TorchLoop, "optimizer_stepped"),
         (cirron.training, "begin_step"),
         (cirron.training, "complete_step"),
+        (hook_spans, "end"),  # a forward's, a backward's and an optimizer step's span ends
     ],
 )
 def test_a_failing_hook_does_not_change_training(owner, attribute, monkeypatch, caplog):

@@ -22,17 +22,10 @@ optimizer_spans: dict[int, HookSpan] = {}  # the open optimizer_step span of eac
 
 
 # -- optimizer ---------------------------------------------------------------------
+@guarded(SITE)
 def before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> Any:
     """torch's pre hook: the ``optimizer_step`` span begins. A closure (LBFGS) comes back
     wrapped, so that the span of a step whose closure raises ends then, with the error."""
-    try:  # the core guard, inline: once an optimizer step
-        return _before_optimizer_step(optimizer, args, kwargs)
-    except Exception as error:  # noqa: BLE001
-        report(SITE, error)
-        return None
-
-
-def _before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> Any:
     stale = optimizer_spans.pop(id(optimizer), None)
     if stale is not None:  # the previous step() raised outside a closure, and was caught
         hook_spans.end(stale, RuntimeError("optimizer.step() raised"))

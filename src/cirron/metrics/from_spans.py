@@ -105,6 +105,11 @@ class Ended(NamedTuple):
     attributes: Mapping[str, Any]
     span: ReadableSpan | None  # a step's or an epoch's
 
+    @property
+    def context(self) -> SpanContext | None:
+        """The held span's context: its measurements' exemplar."""
+        return self.span.get_span_context() if self.span is not None else None
+
 
 class SpanMetrics(SpanExporter):
     """The sink that turns ended spans into measurements; see the module docstring."""
@@ -225,7 +230,7 @@ class SpanMetrics(SpanExporter):
         record, add = self.instruments.record, self.instruments.add
         attributes = ended.attributes
         wall, end = ended.duration_ns, ended.end_ns
-        span = ended.span.get_span_context() if ended.span is not None else None
+        span = ended.context
         context = span_context_of(span)
         record(semconv.STEP_DURATION, wall / 1e9, _NO_ATTRIBUTES, end, span, context)
         for part, ns in step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS)).items():
@@ -246,7 +251,7 @@ class SpanMetrics(SpanExporter):
             )
 
     def _epoch(self, ended: Ended) -> None:
-        span = ended.span.get_span_context() if ended.span is not None else None
+        span = ended.context
         self.instruments.record(
             semconv.EPOCH_COUNT, 1, _NO_ATTRIBUTES, ended.end_ns, span, span_context_of(span)
         )

@@ -119,24 +119,9 @@ def end(hook: HookSpan, error: BaseException | None = None) -> None:
         except ValueError:  # another thread's build_open took it off
             pass
         if hook.opened is None:  # (if build_open ran meanwhile, it gave it a span)
-            record = (
-                hook.name,
-                parent,
-                hook.attributes,
-                hook.context,
-                hook.start_ns,
-                end_ns,
-                deferred,
+            _finished(
+                hook.name, parent, hook.attributes, hook.context, hook.start_ns, end_ns, deferred
             )
-            rec = recorder.current  # _finished, inline
-            processor = rec.processor if rec is not None else None
-            noted = processor.noted if processor is not None else None
-            if noted is None:
-                ScopeSpan.finished(*record)
-                return
-            noted.append(record)
-            if len(noted) >= NOTED_WAKE_AT:
-                processor.noted_many()  # type: ignore[union-attr]
             return
     _end_built(hook, parent, error, deferred, end_ns)
 
