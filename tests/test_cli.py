@@ -200,6 +200,29 @@ def test_export_chrome_writes_trace_events_perfetto_opens(run_directory, tmp_pat
     assert missing.returncode == 2 and "-o" in missing.stderr
 
 
+def test_o_writes_through_a_symlink_and_into_a_pipe_as_a_shell_would(run_directory, tmp_path):
+    directory, _ = run_directory
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "trace.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    result = cirron("export", "--format", "chrome", "-o", str(link), cwd=directory)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and json.loads(target.read_text())["traceEvents"]
+    assert target.stat().st_mode & 0o777 == 0o640  # a replaced file keeps its permissions
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = tmp_path / "got.html"
+    with got.open("w") as stream:  # a reader at the other end of the pipe
+        reader = subprocess.Popen(["cat", str(fifo)], stdout=stream)
+        report = cirron("report", "-o", str(fifo), cwd=directory)
+        reader.wait(timeout=60)
+    assert report.returncode == 0, report.stderr
+    assert fifo.is_fifo() and "<html" in got.read_text().lower()  # written into, not replaced
+
+
 HF_TRAIN = "import cirron as ci\nci.profile()\n" + HF_TINY_TRAINER
 
 

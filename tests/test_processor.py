@@ -199,7 +199,7 @@ def test_an_unwritable_spool_directory_never_breaks_training(tmp_path, caplog):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the spool directory should be")
     with caplog.at_level(logging.WARNING, logger="cirron"):
-        ci.profile(output=["spool", "none"], path=str(blocker))
+        handle = ci.profile(output=["spool", "none"], path=str(blocker))
         for i in range(3):
             with ci.scope("s", index=i):
                 pass
@@ -207,7 +207,10 @@ def test_an_unwritable_spool_directory_never_breaks_training(tmp_path, caplog):
     report = ci.health()
     assert report["export_errors"] == 3
     assert report["sinks"]["spool"]["dropped"] == report["spans_dropped"] == 3
-    (warning,) = [r.getMessage() for r in caplog.records if "spool" in r.getMessage()]
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        ci.shutdown()  # the metrics files, written beside the spool, fail too: counted
+    assert handle.health()["metrics"]["file_errors"] >= 1
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert "did not reach the spool sink" in warning and "NotADirectoryError" in warning
     assert len(ci.trace(format="dict", name="s")) == 3  # still readable in memory
 

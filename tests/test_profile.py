@@ -93,6 +93,7 @@ def test_otel_sdk_disabled_is_the_same_as_enabled_false(monkeypatch):
         ({"enabled": "yes"}, TypeError, "enabled"),
         ({"config": ["a"]}, TypeError, "config"),
         ({"config": {"flush_interval": -1}}, ValueError, r"config\['flush_interval'\]"),
+        ({"path": "a\0b"}, ValueError, "path must not contain a NUL"),
     ],
 )
 def test_bad_arguments_fail_before_anything_is_installed(arguments, error, text, tmp_path):
@@ -238,3 +239,12 @@ def test_traceparent_makes_the_session_a_child_of_the_caller(tmp_path):
     assert root["parent_id"] == "00f067aa0ba902b7"
     spool_free = not (tmp_path / ".cirron").exists()
     assert spool_free
+
+
+@pytest.mark.parametrize(
+    ("path", "error"), [(5, TypeError), (None, TypeError), (b"/tmp", TypeError), ("", ValueError)]
+)
+@pytest.mark.parametrize("read", [ci.read_spool, ci.spool_spans])
+def test_reading_a_spool_from_a_bad_path_names_the_argument(read, path, error):
+    with pytest.raises(error, match="^path must"):
+        read(path)

@@ -183,7 +183,11 @@ def test_an_endpoint_that_never_answers_is_given_up_after_the_timeout(tmp_path):
     ("arguments", "says"),
     [
         (("--endpoint", "127.0.0.1:4318"), "--endpoint must be an http:// or https:// URL"),
-        (("--endpoint", "http://127.0.0.1:4318", "--timeout", "0"), "--timeout must be more"),
+        (("--endpoint", "http://127.0.0.1:4318", "--timeout", "0"), "--timeout must be seconds"),
+        (("--endpoint", "http://127.0.0.1:4318", "--timeout", "inf"), "at most 3600, got inf"),
+        (("--endpoint", "http://127.0.0.1:99999"), "Port out of range"),
+        (("--endpoint", "http://[::1"), "--endpoint 'http://[::1' is not a usable address"),
+        (("--protocol", "grpc", "--endpoint", "localhost:port"), "--endpoint 'localhost:port'"),
         (("--format", "chrome", "-o", "/nonexistent/dir/trace.json"), "no such directory"),
         (("--endpoint", "http://127.0.0.1:4318", "--header", "novalue"), "--header must be"),
     ],
@@ -230,3 +234,43 @@ def test_a_terminal_sees_a_progress_bar_and_a_pipe_sees_one_line(tmp_path, recei
     piped = cirron("export", str(path), "--endpoint", receiver.http_endpoint, "--all",
                    cwd=tmp_path)  # fmt: skip
     assert piped.stderr.count("\n") == 1  # no bar where nobody watches
+
+
+def test_an_export_that_could_not_note_what_it_sent_sends_nothing(tmp_path, receiver):
+    path = spooled_run(tmp_path, 10)
+    (path / "delivered").write_text("a file where the ledger's folder goes")
+    result = cirron("export", str(path), "--endpoint", receiver.http_endpoint, cwd=tmp_path)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("cirron: cannot note what") and "nothing sent" in line
+    assert settled(receiver) == {}  # else every later export would send them all again
+    (path / "delivered").unlink()
+    later = cirron("export", str(path), "--endpoint", receiver.http_endpoint, cwd=tmp_path)
+    assert later.returncode == 0 and "11 spans sent" in later.stderr
+    assert set(received(receiver, span_ids(path)).values()) == {1}
+
+
+def test_a_ledger_that_fails_half_way_stops_the_export_and_says_what_to_do(tmp_path):
+    import shutil
+
+    from cirron.exporters import spool_reader
+    from cirron.exporters.ledger import Ledger
+    from cirron.offline import replay
+
+    path = spooled_run(tmp_path, BATCH + 100)
+    spans = [s for read in spool_reader.read_files(spool_reader.spool_files(str(path)))
+             for s in read.spans]  # fmt: skip
+    ledger = Ledger(str(path), "http://127.0.0.1:4318")
+    ledger.prepare()
+    batches = []
+
+    def send(batch):  # the endpoint takes it; then the disk refuses the ledger its note
+        batches.append(len(batch))
+        shutil.rmtree(ledger.directory)
+        Path(ledger.directory).write_text("")
+
+    outcome = replay.replay(spans, ledger, send)
+    assert batches == [BATCH]  # no second batch: it would be sent again by the next export
+    assert outcome.sent == BATCH and outcome.unsent == len(spans) - BATCH
+    assert "could not be noted" in outcome.stopped
+    assert outcome.retry == "once that folder can be written"

@@ -132,6 +132,8 @@ def test_bad_scope_attribute_names_the_attribute():
         ci.scope("x", index="first")
     with pytest.raises(TypeError, match="index"):
         ci.scope("x", index=True)
+    with pytest.raises(ValueError, match="index is out of the 64-bit integer range"):
+        ci.scope("x", index=2**70)  # no OTLP encoder could send it
 
 
 def test_numpy_and_torch_values_are_accepted_as_attributes():

@@ -238,6 +238,30 @@ def test_a_file_not_named_as_a_spool_file_is_passed_over_silently(spool, good, c
     assert shown.returncode == 0 and shown.stderr == "", shown.stderr
 
 
+def test_a_symlink_loop_named_as_a_spool_file_is_named_and_the_rest_read(spool, good, caplog):
+    (spool / "spool" / BAD).symlink_to(BAD)  # a link to itself: even asking what it is fails
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        spans = ci.spool_spans(str(spool))
+    assert ids(spans) == ids(spans_of(good))
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "cirron"]
+    assert BAD in warning and "symbolic links" in warning
+    listed = cirron("runs", str(spool), cwd=spool.parent)
+    assert listed.returncode == 0, listed.stderr
+    named_once(listed.stderr, BAD, "symbolic links")
+    assert len(listed.stdout.splitlines()) == 2  # the heading and the one run
+
+
+def test_show_ranks_of_a_spool_where_nothing_reads_says_so_in_one_line():
+    with tempfile.TemporaryDirectory(prefix="cirron-spool-") as directory:
+        folder = Path(directory) / ".cirron" / "spool"
+        folder.mkdir(parents=True)
+        (folder / BAD).write_text("garbage")
+        shown = cirron("show", "--ranks", cwd=Path(directory))
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr
+    skipped, said = shown.stderr.strip().splitlines()
+    assert BAD in skipped and said == "cirron: no spans read from .cirron: no ranks to line up"
+
+
 def test_a_bad_span_is_skipped_and_the_good_spans_of_its_file_are_kept(spool, good, caplog):
     request = json.loads(with_span(good))
     span = spans_of(request)[0]

@@ -174,12 +174,15 @@ def _snapshots(name: str, value: Any) -> str:
     return value
 
 
-def _path(name: str, value: Any) -> str:
+def path_argument(name: str, value: Any) -> str:
+    """``value`` as a path for argument ``name`` (a ``TypeError``/``ValueError`` naming it)."""
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
     text = os.fspath(value)
     if not isinstance(text, str) or not text:
         raise ValueError(f"{name} must be a non-empty path, got {value!r}")
+    if "\0" in text:
+        raise ValueError(f"{name} must not contain a NUL character, got {value!r}")
     return text
 
 
@@ -298,7 +301,7 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "snapshots": (_snapshots, env.CIRRON_SNAPSHOTS, str.strip),
     "sample_rate": (_sample_rate, env.CIRRON_SAMPLE_RATE, float),
     "flush_interval": (_positive_number, env.CIRRON_FLUSH_INTERVAL, float),
-    "path": (_path, env.CIRRON_PATH, str.strip),
+    "path": (path_argument, env.CIRRON_PATH, str.strip),
     "output": (_output, env.CIRRON_OUTPUT, _split),
     "buffer_size": (_positive_int, env.CIRRON_BUFFER_SIZE, int),
     "trace_buffer": (_positive_int, env.CIRRON_TRACE_BUFFER, int),

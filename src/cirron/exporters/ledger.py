@@ -86,6 +86,12 @@ class Ledger:
         # The pid at the time of writing: a forked child that exports has a file of its own.
         return os.path.join(self.directory, f"{os.getpid()}.ids")
 
+    def prepare(self) -> None:
+        """Make sure acknowledgements can be noted here, before anything is sent (OSError if
+        not: a replay that sends without noting would send it all again next time)."""
+        self._name_directory()
+        os.close(os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, files.FILE_MODE))
+
     def record(self, spans: Iterable[Any]) -> None:
         """Note ``spans`` as acknowledged by the endpoint (one append)."""
         data = b"".join(span_key(span) for span in spans)

@@ -118,10 +118,10 @@ class MetricsFileExporter(MetricExporter):
         return MetricExportResult.SUCCESS
 
     def _failed(self, error: BaseException) -> None:
-        """Count a failed write; the first is told (by type: the spool's own warning, about
-        the same directory, says where)."""
+        """Count a failed write; the first is told, unless the disk refused it: the files are
+        written beside the spool's, whose sink says so in its one warning (where, and why)."""
         self.errors += 1
-        if self.errors == 1:
+        if self.errors == 1 and not isinstance(error, OSError):
             _log.warning(
                 "cirron: a metrics file could not be written (%s); training continues, "
                 "later failures are only counted (ci.health()['metrics']['file_errors'])",

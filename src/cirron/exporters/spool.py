@@ -108,6 +108,7 @@ def _read(path: str) -> list[dict[str, Any]]:
     """The request of every spool file at ``path``, holding just the spans that read, its
     text as written; a warning per file with a problem (see
     :mod:`cirron.exporters.spool_reader`)."""
+    path = config.path_argument("path", path)
     requests = []
     for read in spool_reader.read_files(spool_reader.spool_files(path), repair=False):
         if read.problem is not None:

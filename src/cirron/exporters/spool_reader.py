@@ -104,11 +104,19 @@ def spool_files(path: str = ".cirron") -> list[str]:
         with os.scandir(folder) as entries:
             for entry in entries:
                 match = SPOOL_NAME.fullmatch(entry.name)
-                if match and entry.is_file():
+                if match and _file_like(entry):
                     found.append(((int(match[1]), int(match[2])), entry.path))
     except OSError:  # no such folder (or not one)
         return []
     return [name for _order, name in sorted(found)]
+
+
+def _file_like(entry: os.DirEntry[str]) -> bool:
+    """A file, or what cannot even be asked (a symlink loop): then its reading says why."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return True
 
 
 def read_file(name: str, *, repair: bool = True) -> SpoolFile:

@@ -31,17 +31,14 @@ file as it was.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
-import os
-import stat
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exporters import files
 from ..otel import semconv
 from ..otel.version import __version__
 from .steps import named_parent
@@ -343,41 +340,12 @@ def _first_start(spans: list[Any]) -> int:
 
 # -- the file -------------------------------------------------------------------------------
 def write(spans: Sequence[Any], path: str) -> None:
-    """Write the trace of ``spans`` to ``path`` as one JSON document, atomically.
-
-    The document goes to a temporary file in ``path``'s directory, renamed over
-    ``path`` once complete: on any failure ``path`` is left as it was and the
-    temporary file is removed. A new file gets the permissions ``open()`` would give
-    it; a replaced one keeps its own.
-    """
+    """Write the trace of ``spans`` to ``path`` as one JSON document, whole or not at all
+    (:func:`cirron.exporters.files.write_output`)."""
     origin = time_origin(spans)
     document = {
         "traceEvents": chrome_events(spans, origin),
         "displayTimeUnit": "ms",
         "otherData": {"source": f"cirron {__version__}", "time_origin_unix_ns": origin},
     }
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)[:100]}.", suffix=".tmp", dir=directory
-    )
-    try:
-        with open(handle, "w", encoding="utf-8") as stream:
-            json.dump(document, stream, allow_nan=False)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, _mode(path))
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def _mode(path: str) -> int:
-    """The permissions for ``path``: its own if it exists, else what the umask allows."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        umask = os.umask(0)  # reading it means setting it: put it back at once
-        os.umask(umask)
-        return 0o666 & ~umask
+    files.write_output(path, lambda stream: json.dump(document, stream, allow_nan=False))

@@ -34,8 +34,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..exporters import spool_reader
-from ..exporters.files import write_whole
+from ..exporters import files, spool_reader
 from ..exporters.ledger import Ledger
 from ..exporters.lines import format_duration
 from ..otel import semconv
@@ -184,6 +183,8 @@ def show_ranks(arguments: argparse.Namespace) -> int:
     if arguments.format == "df-csv":
         raise argparse.ArgumentTypeError("--ranks prints --format text or json")
     chosen = _chosen_runs(arguments)
+    if not chosen:  # every file was skipped (each named above)
+        raise NothingMatches(f"no spans read from {arguments.path}: no ranks to line up")
     aligned = [(run, ranks.align(run)) for run in chosen]
     if all(alignment is None for _run, alignment in aligned):
         run = chosen[-1]
@@ -293,9 +294,13 @@ def compare_runs(arguments: argparse.Namespace) -> int:
 # -- export ----------------------------------------------------------------------------------
 def _check_output(path: str) -> None:
     """Fail before any work when ``-o`` can't be written."""
-    folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"-o {path}: is a directory; name a file")
+    if os.path.exists(path) and not os.path.isfile(path):  # a device or a pipe: written into
+        if not os.access(path, os.W_OK):
+            raise argparse.ArgumentTypeError(f"-o {path}: not writable")
+        return
+    folder = os.path.dirname(os.path.realpath(path))  # (a symlink's file is replaced)
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"-o {path}: no such directory {folder}")
     if not os.access(folder, os.W_OK):
@@ -311,7 +316,7 @@ def report(arguments: argparse.Namespace) -> int:
     chosen = _chosen_runs(arguments)
     spans = [span for run in chosen for span in run.spans]
     page = build(chosen, f"cirron run report: {os.path.abspath(arguments.path)}")
-    write_whole(arguments.output, page.encode("utf-8"))
+    files.write_output(arguments.output, lambda stream: stream.write(page))
     print(f"cirron: report of {len(spans)} spans written to {arguments.output}", file=sys.stderr)
     return 0
 
@@ -324,7 +329,7 @@ def report_two(arguments: argparse.Namespace) -> int:
         raise argparse.ArgumentTypeError("--run picks one run; with two runs, name each by itself")
     a, b, where = _summaries(arguments, arguments.path, arguments.other)
     page = build([a.run, b.run], f"cirron: {where[0]} against {where[1]}", (a, b, where))
-    write_whole(arguments.output, page.encode("utf-8"))
+    files.write_output(arguments.output, lambda stream: stream.write(page))
     print(f"cirron: report of two runs written to {arguments.output}", file=sys.stderr)
     return 0
 
@@ -352,12 +357,24 @@ def export(arguments: argparse.Namespace) -> int:
         endpoint = replay.check_endpoint(arguments.endpoint, arguments.protocol)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-    if not arguments.timeout > 0:
-        raise argparse.ArgumentTypeError(f"--timeout must be more than 0, got {arguments.timeout}")
+    if not 0 < arguments.timeout <= replay.MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"--timeout must be seconds, more than 0 and at most {replay.MAX_TIMEOUT:.0f}, "
+            f"got {arguments.timeout}"
+        )
     headers = dict(_header(text) for text in arguments.header)
+    ledger = Ledger(spool_reader.cirron_directory(arguments.path), endpoint)
+    try:
+        ledger.prepare()
+    except OSError as error:
+        raise argparse.ArgumentTypeError(
+            f"cannot note what {endpoint} acknowledges in {ledger.directory} "
+            f"({error.strerror or error}): nothing sent, since every later export would send "
+            "it all again. Make that folder writable, or copy the cirron folder somewhere "
+            "writable and export from there"
+        ) from None
     spans = _chosen(arguments)
     send = replay.sender(endpoint, arguments.protocol, headers, arguments.timeout)
-    ledger = Ledger(spool_reader.cirron_directory(arguments.path), endpoint)
     outcome = replay.replay(spans, ledger, send, arguments.all)
     print(f"cirron: {_summary(outcome, endpoint)}", file=sys.stderr)
     return 1 if outcome.unsent or outcome.rejected else 0
@@ -373,7 +390,7 @@ def _summary(outcome: replay.Outcome, endpoint: str) -> str:
     if outcome.unsent:
         text += (
             f"; {outcome.unsent} not sent: {outcome.stopped}. Run the same command again "
-            "when the endpoint is up: it sends only what is missing"
+            f"{outcome.retry}: it sends only what is missing"
         )
     return text
 

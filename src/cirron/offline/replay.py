@@ -29,6 +29,7 @@ from ..otel.spans import untraced
 
 BATCH = 512  # spans per request
 DEFAULT_TIMEOUT = 10.0  # seconds a request may take
+MAX_TIMEOUT = 3600.0  # more is a mistake (and infinity overflows the socket's clock)
 PROTOCOLS = ("http/protobuf", "grpc")
 
 
@@ -48,6 +49,7 @@ class Outcome:
     rejected_why: str = ""  # what the endpoint said of the first it refused
     unsent: int = 0  # spans not sent: the endpoint could not be reached
     stopped: str = ""  # why the replay stopped early
+    retry: str = "when the endpoint is up"  # when running it again will send the rest
 
 
 Send = Callable[[Sequence[Any]], None]
@@ -57,8 +59,10 @@ def check_endpoint(endpoint: str, protocol: str) -> str:
     """The endpoint to send to; a ``ValueError`` naming ``--endpoint`` when it can't be one."""
     text = endpoint.strip()
     if protocol == "grpc":
-        return text if "://" in text else "http://" + text  # host:port is gRPC's own form
-    parts = urlsplit(text)
+        text = text if "://" in text else "http://" + text  # host:port is gRPC's own form
+        _check_address(text, endpoint)
+        return text
+    parts = _check_address(text, endpoint)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(
             f"--endpoint must be an http:// or https:// URL for OTLP/HTTP, such as "
@@ -67,6 +71,18 @@ def check_endpoint(endpoint: str, protocol: str) -> str:
     return (
         text if parts.path.rstrip("/").endswith("/v1/traces") else text.rstrip("/") + "/v1/traces"
     )
+
+
+def _check_address(text: str, endpoint: str) -> Any:
+    """``text`` split, its host and port readable (a ``ValueError`` naming ``--endpoint``)."""
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises for a port out of range or not a number
+    except ValueError as error:
+        raise ValueError(f"--endpoint {endpoint!r} is not a usable address ({error})") from None
+    if parts.scheme in ("http", "https") and parts.netloc and not parts.hostname:
+        raise ValueError(f"--endpoint {endpoint!r} names no host")
+    return parts
 
 
 def sender(endpoint: str, protocol: str, headers: dict[str, str], timeout: float) -> Send:
@@ -160,8 +176,17 @@ def replay(spans: Sequence[Any], ledger: Ledger, send: Send, everything: bool = 
                 outcome.stopped = str(error)
                 break
             else:
-                ledger.record(batch)
                 outcome.sent += len(batch)
+                try:
+                    ledger.record(batch)
+                except OSError as error:  # the disk filled: sending on would send twice later
+                    outcome.unsent = len(todo) - start - len(batch)
+                    outcome.stopped = (
+                        f"what was sent could not be noted in {ledger.directory} "
+                        f"({error.strerror or error}; its last {len(batch)} may arrive twice)"
+                    )
+                    outcome.retry = "once that folder can be written"
+                    break
             bar.update(len(batch))
     return outcome
 

@@ -155,7 +155,7 @@ def index(value: Any) -> int | None:
         return None
     if isinstance(value, bool):
         raise TypeError("index must be an int, got bool")
-    converted = scalar(value, "index") if not isinstance(value, int) else value
+    converted = scalar(value, "index")  # an int too: its 64-bit range
     if not isinstance(converted, int) or isinstance(converted, bool):
         raise TypeError(f"index must be an int, got {type(value).__name__}")
     return converted
