@@ -62,16 +62,23 @@ def share_said(found: list[tuple[str, str]]) -> float:
 
 
 @pytest.mark.parametrize(
-    ("fetch_ms", "compute_ms", "bound"),
-    [(20.0, 0.3, True), (5.0, 5.0, True), (0.0, 5.0, False)],
-    ids=["data-bound", "half-and-half", "compute-only"],
+    ("fetch_ms", "compute_ms", "bound", "wrapped"),
+    [
+        (20.0, 0.3, True, False),
+        (5.0, 5.0, True, False),
+        (0.0, 5.0, False, False),
+        (20.0, 5.0, True, True),
+        (5.0, 5.0, True, True),
+    ],
+    ids=["data-bound", "half-and-half", "compute-only", "ci.batches", "ci.batches-half"],
 )
 def test_the_input_share_is_the_share_the_loop_measured_itself(
-    tmp_path, fetch_ms, compute_ms, bound
+    tmp_path, fetch_ms, compute_ms, bound, wrapped
 ):
     measured = known_run(
-        tmp_path, "--steps", "40", "--fetch-ms", str(fetch_ms), "--compute-ms", str(compute_ms)
-    )
+        tmp_path, "--steps", "40", "--fetch-ms", str(fetch_ms), "--compute-ms", str(compute_ms),
+        *(["--batches"] if wrapped else []),
+    )  # fmt: skip
     found = findings(tmp_path)
     said = share_said(found)
     assert abs(said - measured["wait_share"]) <= 0.10, (said, measured)

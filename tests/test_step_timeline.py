@@ -9,6 +9,7 @@ sits in one step or pass (or its epoch), the steps add up to no more than the lo
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import Counter
@@ -90,6 +91,28 @@ def test_a_data_bound_loop_has_steps_that_hold_their_own_fetch_and_never_overlap
         assert load["start_ns"] == step["start_ns"]  # a step begins where its fetch begins
     for epoch in epochs:  # the fetch that found the loader dry is the epoch's
         assert fetches_in(epoch) == 1
+    assert input_share(root) > 0.9  # what the loop waits on: data
+
+
+def test_ci_batches_over_a_data_bound_loader_holds_each_fetch_in_its_own_batch():
+    model, optimizer, loss_fn = setup()
+    loader = DataLoader(SlowData(20, delay=0.005), batch_size=4)  # 20 ms a batch
+    with timed() as wall:
+        for _epoch in ci.epochs(range(2)):
+            for x, y in ci.batches(loader):
+                train_on(model, optimizer, loss_fn, x, y)
+
+    root = finished()
+    check(root, wall_ns=wall[0])
+    batches = steps_of(root)
+    assert [b["index"] for b in batches] == [0, 1, 2, 3, 4] * 2
+    for before, after in itertools.pairwise(batches):
+        if before["index"] < 4:  # in an epoch: a batch ends where the next one's fetch begins
+            assert before["end_ns"] == after["start_ns"]
+    for batch in batches:
+        (load,) = kids(batch, "data_load")
+        assert load["start_ns"] == batch["start_ns"]  # a batch begins where its fetch begins
+        assert batch["attributes"]["data_load_ns"] == load["end_ns"] - load["start_ns"]
     assert input_share(root) > 0.9  # what the loop waits on: data
 
 

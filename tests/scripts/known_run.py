@@ -27,6 +27,7 @@ parser.add_argument("--skip-at", type=int, nargs="*", default=[], help="steps AM
 parser.add_argument("--pause-s", type=float, default=0.0, help="a stall between epochs")
 parser.add_argument("--mark", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
 parser.add_argument("--leak-mb", type=int, default=0, help="host memory kept at each epoch")
+parser.add_argument("--batches", action="store_true", help="the loader wrapped in ci.batches")
 arguments = parser.parse_args()
 
 ci.profile()
@@ -75,7 +76,7 @@ for epoch in range(arguments.epochs):
         time.sleep(arguments.pause_s)
     if arguments.leak_mb:
         kept.append(b"\x01" * (arguments.leak_mb << 20))  # every page written: resident
-    iterator = iter(loader)
+    iterator = iter(ci.batches(loader) if arguments.batches else loader)
     while True:
         before = time.perf_counter()
         try:

@@ -181,7 +181,8 @@ class Timeline:
 
         walk(step.span, None)
         ns = (step.span.attributes or {}).get(semconv.DATA_LOAD_NS)
-        if isinstance(ns, int) and not isinstance(ns, bool):  # ci.batches over a DataLoader
+        if isinstance(ns, int) and not isinstance(ns, bool) and not totals[semconv.DATA_LOAD]:
+            # ci.batches over a DataLoader, as recorded before its batch held its fetch
             totals[semconv.DATA_LOAD] += ns
         inside = sum(totals[part] for part in semconv.STEP_PARTS)
         totals[OTHER] = max(step.wall_ns - inside, 0)

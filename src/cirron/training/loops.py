@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 
 from .. import training
 from ..otel import semconv
-from ..recording import recorder
+from ..recording import hook_spans, recorder
 from ..recording.scopes import close_span, open_on
 from ..recording.training_state import USER, Moment
 from . import resources
 
 T = TypeVar("T")
 
-_perf_ns = time.perf_counter_ns
+_time_ns = time.time_ns
 # Iterators that ci.batches drives: framework hooks leave their steps to it.
 _driven: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -121,6 +121,9 @@ class _Batches(_Loop[T]):
         rec = recorder.current
         if rec is None:
             rec = recorder.active()
+        # The batch begins where its fetch begins, and the previous one ends there: steps
+        # hold their own fetch, as every owner's do.
+        started = _time_ns()
         opened = self._open
         boundary = None
         if opened is not None:  # the previous batch: close() inline
@@ -130,7 +133,7 @@ class _Batches(_Loop[T]):
                 state.step = None
             if opened.cpu is not None:  # a measured step (see resources.cpu_mark)
                 boundary = resources.step_ends(opened.opened[0], opened.cpu, state)
-            close_span(opened.opened)
+            close_span(opened.opened, None, started)
         iterator = self._iterator
         if iterator is None:
             iterator = self._iterator = iter(self._iterable)
@@ -140,17 +143,21 @@ class _Batches(_Loop[T]):
                 pass
         if not rec.enabled:
             return next(iterator)
-        if self._timed:
-            started = _perf_ns()
-            item = next(iterator)  # StopIteration and errors propagate unchanged
-            attributes = {semconv.INDEX: self._index, semconv.DATA_LOAD_NS: _perf_ns() - started}
-        else:
-            item = next(iterator)
-            attributes = {semconv.INDEX: self._index}
+        item = next(iterator)  # StopIteration and errors propagate unchanged
         state = rec.training
+        if self._timed:
+            fetched = _time_ns()
+            epoch = state.epoch  # the torch hooks may have opened it inside the fetch
+            if epoch is not None and epoch.opened[0].start_time > started:
+                started = epoch.opened[0].start_time
+            attributes = {semconv.INDEX: self._index, semconv.DATA_LOAD_NS: fetched - started}
+        else:
+            attributes = {semconv.INDEX: self._index}
         if state.step is not None:  # a step another owner left open
             training.yield_step_to_user(state)
-        opened = open_on(rec, semconv.BATCH, attributes, None)
+        opened = open_on(rec, semconv.BATCH, attributes, started)
+        if self._timed:  # the wait for it, as the hooks record a fetch
+            hook_spans.record_on(opened[0], semconv.DATA_LOAD, {}, started, fetched)
         moment = self._moment
         if moment is None:
             moment = self._moment = Moment(USER, opened, 0, None)
