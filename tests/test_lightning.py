@@ -157,6 +157,23 @@ def test_gradient_accumulation_gives_one_step_per_optimizer_step(tmp_path):
     assert [len(named(s, "optimizer_step")) for s in steps] == [1, 1]
 
 
+def test_validation_half_way_through_an_accumulated_step_is_the_epochs_not_the_steps(tmp_path):
+    ci.profile(output="none")
+    # 6 batches of 8, 2 a step, validation after every 3 batches: the middle of a step
+    run = trainer(
+        tmp_path, max_epochs=1, accumulate_grad_batches=2, val_check_interval=3,
+        num_sanity_val_steps=0,
+    )  # fmt: skip
+    run.fit(Regression(), loader(48), loader(16, 1))
+    (epoch,) = named(root(), "epoch")
+    assert [v["index"] for v in kids(epoch, "validate")] == [0, 0]
+    assert named(root(), "validate") == kids(epoch, "validate")  # none inside a step
+    steps = kids(epoch, "step")
+    assert [s["index"] for s in steps] == [0, 1, 2]  # one a step of the optimizer, still
+    assert [len(named(s, "forward")) for s in steps] == [2, 2, 2]  # the training forwards
+    assert all(not s["attributes"].get("partial") for s in steps)
+
+
 def test_test_predict_and_validate_on_their_own_are_spans_with_their_batches(tmp_path):
     ci.profile(output="none")
     run = trainer(tmp_path)

@@ -209,14 +209,23 @@ def _start_span(
 
 
 def open_on(
-    rec: Recorder, name: str, attributes: dict[str, Any], start_ns: int | None
+    rec: Recorder,
+    name: str,
+    attributes: dict[str, Any],
+    start_ns: int | None,
+    parent: Any = None,
 ) -> tuple[Any, Any, Any]:
-    """Start a span on recorder ``rec`` and make it current; returns what :func:`close_span` needs."""
+    """Start a span on recorder ``rec`` and make it current; returns what :func:`close_span` needs.
+
+    ``parent``: an open span to start it under instead of the current one (which is current
+    again once it ends).
+    """
     if _open_hook_spans:
         _hooks.build_hook_spans()
     previous = _context_var.get()
-    span = _start_span(rec, name, attributes, start_ns, previous)
-    return span, _context_var.set(Context({**previous, SPAN_KEY: span})), previous
+    context = previous if parent is None else Context({**previous, SPAN_KEY: parent})
+    span = _start_span(rec, name, attributes, start_ns, context)
+    return span, _context_var.set(Context({**context, SPAN_KEY: span})), previous
 
 
 def open_root(

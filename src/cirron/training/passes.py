@@ -105,7 +105,13 @@ def begin_pass(who: Owner, name: str, attributes: dict[str, Any]) -> Moment | No
             close_evaluation(current)
         if _pending:  # fetches before it (a training loader's last) are not the pass's
             record_fetches(take_fetches())
-        opened = open_on(rec, name, attributes, None)
+        step, epoch = current.step, current.epoch
+        above = None
+        if name == semconv.VALIDATE and step is not None and epoch is not None:
+            # Validation half way through a step (Lightning's val_check_interval inside
+            # gradient accumulation): the pass is the epoch's, the step goes on after it.
+            above = epoch.opened[0]
+        opened = open_on(rec, name, attributes, None, above)
         moment = Moment(who, opened, 0, None)
         current.passes.append(moment)
         return moment
