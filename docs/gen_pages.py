@@ -263,7 +263,7 @@ _ACCEPTS: dict[str, Callable[[], str]] = {
     "_non_negative_number": lambda: "a number, 0 or more",
     "_positive_int": lambda: "a positive int",
     "_count": lambda: "an int, 0 or more",
-    "_path": lambda: "a path",
+    "path_argument": lambda: "a path",
     "_output": lambda: "one or a list of " + ", ".join(_code(n) for n in settings.SINK_NAMES),
     "_step_sampling": lambda: "two ints `(K, N)`; in the environment `K,N`",
     "_flag": lambda: "`True` or `False`; in the environment `true` or `false`",

@@ -192,6 +192,21 @@ def test_test_predict_and_validate_on_their_own_are_spans_with_their_batches(tmp
     assert named(root(), "epoch") == named(root(), "step") == named(root(), "validate") == []
 
 
+def test_a_second_fit_snapshots_its_own_module_and_not_the_first_ones(tmp_path):
+    ci.profile(output="none")
+    trainer(tmp_path / "a", max_epochs=1).fit(Regression(), loader(16))
+    watched = Regression()
+    ci.watch(watched, name="mine")  # watched by the user: stays watched
+    trainer(tmp_path / "b", max_epochs=1).fit(watched, loader(16))
+    trainer(tmp_path / "c", max_epochs=1).fit(Regression(), loader(16))
+    ci.flush()
+    snapshots = [
+        sorted(s["attributes"]["snapshot.model"] for s in kids(e, "snapshot"))
+        for e in named(root(), "epoch")
+    ]
+    assert snapshots == [["Regression"], ["mine"], ["Regression", "mine"]]
+
+
 def test_checkpoints_are_spans_and_the_module_is_snapshotted_each_epoch(tmp_path):
     ci.profile(output="none")
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1)

@@ -130,6 +130,19 @@ def test_a_resumed_run_goes_on_from_its_checkpoints_step(tmp_path):
     assert [s["index"] for s in named(second, "step")] == [3, 4]
 
 
+def test_two_trainings_in_one_process_each_have_their_epochs_and_their_own_snapshots(tmp_path):
+    ci.profile(output="none")
+    Regression(max_steps=3, workspace=tmp_path / "a").train()
+    Regression(max_steps=3, workspace=tmp_path / "b").train()
+    ci.flush()
+    first, second = named(root(), "train")
+    for train in (first, second):
+        (epoch,) = kids(train, "epoch")
+        assert epoch["index"] == 0  # each training's epochs count from 0, as its steps do
+        (snapshot,) = kids(epoch, "snapshot")  # its own model's, not the first run's too
+        assert snapshot["attributes"]["snapshot.model"] == "Sequential"
+
+
 def test_a_retried_step_with_non_finite_gradients_carries_the_retry_count(tmp_path):
     ci.profile(output="none")
     trainer = Regression(
@@ -145,6 +158,21 @@ def test_a_retried_step_with_non_finite_gradients_carries_the_retry_count(tmp_pa
     assert len(kids(retried, "forward")) == 2  # the failed attempt and the retry
     assert "non_finite_grad_retries" not in steps[0]["attributes"]
     assert not math.isnan(trainer.losses[-1])
+
+
+def test_a_step_out_of_retries_fails_and_still_says_how_often_it_was_retried(tmp_path):
+    ci.profile(output="none")
+    trainer = Regression(
+        max_steps=3, max_non_finite_grad_retries=2, workspace=tmp_path,
+        nan_at={(2, 0), (2, 1), (2, 2)},
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="Exceeded maximum retries"):
+        trainer.train()
+    failed = named(root(), "step")[-1]
+    assert failed["index"] == 1 and failed["status"] == "ERROR"
+    assert failed["attributes"]["non_finite_grad_retries"] == 2
+    assert [e["name"] for e in failed["events"]][:1] == ["non_finite_grad_retry"]
+    assert len(kids(failed, "forward")) == 3  # the try and both retries
 
 
 def test_results_are_identical_to_an_unprofiled_run(tmp_path):

@@ -170,6 +170,38 @@ def test_one_epoch_per_epoch_and_one_step_per_optimizer_step(tmp_path, model, ac
             assert all(f["attributes"]["mode"] == "train" for f in kids(step, "forward"))
 
 
+class Stream(torch.utils.data.IterableDataset):
+    """Token sequences from a stream of unknown length (``samples`` a pass)."""
+
+    def __init__(self, samples: int) -> None:
+        self.tokens = Tokens(samples, seed=1)
+
+    def __iter__(self):
+        return (self.tokens[i] for i in range(len(self.tokens)))
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_an_iterable_dataset_gives_one_step_per_optimizer_step_and_counts_its_passes(
+    tmp_path, accumulation
+):
+    ci.profile(output="none")
+    trainer = Trainer(
+        model=gpt2(),
+        args=arguments(tmp_path, max_steps=6, gradient_accumulation_steps=accumulation,
+                       eval_strategy="no"),
+        train_dataset=Stream(16 * accumulation),  # 4 optimizer steps a pass
+    )  # fmt: skip
+    output = trainer.train()
+    session = finished_tree()
+    assert_one_epoch_level_and_one_step_level(session)
+    epochs = named(session, "epoch")
+    assert [e["index"] for e in epochs] == [0, 1]  # a pass each, counted
+    assert [[s["index"] for s in kids(e, "step")] for e in epochs] == [[0, 1, 2, 3], [4, 5]]
+    assert output.global_step == 6
+    for step in named(session, "step"):  # no empty step where a pass ran dry
+        assert len(kids(step, "forward")) == accumulation and kids(step, "optimizer_step")
+
+
 def test_evaluation_during_training_is_a_validate_span_inside_its_epoch(tmp_path):
     ci.profile(output="none")
     trainer = Trainer(

@@ -45,7 +45,7 @@ from .. import training
 from ..otel import semconv
 from ..recording import recorder
 from ..recording.guard import guarded
-from ..snapshots.watch import register as watch_model
+from ..snapshots.watch import watch_for_run
 from ..training.callbacks import FrameworkRun, Switch
 from . import FrameworkInstrumentor
 
@@ -65,7 +65,7 @@ def _train_begin(run: FrameworkRun, params: Any, model: Any) -> None:
     values = {name: (params or {}).get(name) for name in ("epochs", "steps")}
     run.describe({name: value for name, value in values.items() if isinstance(value, int)})
     if model is not None:
-        watch_model(model)
+        run.watching(watch_for_run(model))
 
 
 def _train_end(run: FrameworkRun, error: BaseException | None = None) -> None:

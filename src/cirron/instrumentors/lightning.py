@@ -45,7 +45,7 @@ from .. import training
 from ..otel import semconv
 from ..recording.guard import guarded
 from ..recording.scopes import close_span, open_span
-from ..snapshots.watch import register as watch_model
+from ..snapshots.watch import watch_for_run
 from ..training.callbacks import FrameworkRun, Switch
 from . import FrameworkInstrumentor
 
@@ -73,7 +73,7 @@ def _fit_start(run: LightningRun, trainer: Any, module: Any) -> None:
         }
     )
     if module is not None:
-        watch_model(module)
+        run.watching(watch_for_run(module))
 
 
 @guarded(_SITE)

@@ -42,10 +42,10 @@ from typing import Any
 
 from .. import training
 from ..otel import semconv
-from ..recording.guard import guarded
+from ..recording.guard import call_guarded, guarded
 from ..recording.marks import marks_from
 from ..recording.scopes import close_span, current_span, open_span
-from ..snapshots.watch import register as watch_model
+from ..snapshots.watch import watch_for_run
 from ..training.callbacks import FrameworkRun, Switch
 from . import FrameworkInstrumentor, flatten
 
@@ -53,6 +53,7 @@ _SITE = "trainloop hook"
 TRAINLOOP = training.owner("trainloop")
 ACTIVE = Switch()  # the instrumentor is on: hooks added to trainers earlier go quiet
 _hook_class: list[Any] = [None]  # made on first use: it subclasses trainloop's BaseHook
+_running: list[TrainloopRun] = []  # the train() calls running now, innermost last
 
 
 # -- the hook's moments -----------------------------------------------------------------------
@@ -60,7 +61,9 @@ _hook_class: list[Any] = [None]  # made on first use: it subclasses trainloop's 
 def _before_train(trainer: Any) -> None:
     model = getattr(trainer, "model", None)
     if model is not None:
-        watch_model(trainer.unwrap(model))
+        name = watch_for_run(trainer.unwrap(model))
+        if _running:
+            _running[-1].watching(name)
 
 
 @guarded(_SITE)
@@ -70,13 +73,19 @@ def _before_step(trainer: Any) -> None:
 
 @guarded(_SITE)
 def _after_step(trainer: Any) -> None:
+    _note_retries(trainer)
+    training.complete_step(TRAINLOOP)  # open for what is logged until the next step
+
+
+def _note_retries(trainer: Any) -> None:
+    """The open step was retried for non-finite gradients: it says how often (also when it
+    then failed, out of retries)."""
     step = training.step_of(TRAINLOOP)
     retries = int((getattr(trainer, "step_info", None) or {}).get("non_finite_grad_retries", 0))
     if step is not None and retries:
         span = step.opened[0]
         span.add_event(semconv.NON_FINITE_GRAD_RETRY, {semconv.RETRIES: retries})
         span.set_attribute(semconv.NON_FINITE_GRAD_RETRIES, retries)
-    training.complete_step(TRAINLOOP)  # open for what is logged until the next step
 
 
 @guarded(_SITE)
@@ -169,20 +178,33 @@ def _add_hook(trainer: Any) -> None:
 
 
 # -- train(), and checkpoint saves: spans around trainloop methods ------------------------------
-def _train_begins(trainer: Any, args: Any, kwargs: Any) -> FrameworkRun | None:
+class TrainloopRun(FrameworkRun):
+    """One ``train()``, and its trainer."""
+
+    def __init__(self, trainer: Any) -> None:
+        super().__init__(TRAINLOOP, _SITE)
+        self.trainer = trainer
+
+
+def _train_begins(trainer: Any, args: Any, kwargs: Any) -> TrainloopRun | None:
     if not ACTIVE:
         return None
-    run = FrameworkRun(TRAINLOOP, _SITE)
+    run = TrainloopRun(trainer)
     run.begin(  # its loop has the moments: the torch hooks open none meanwhile
         {
             semconv.MAX_STEPS: int(trainer.max_steps),
             semconv.GRADIENT_ACCUMULATION_STEPS: int(trainer.gradient_accumulation_steps),
         }
     )
+    _running.append(run)
     return run
 
 
-def _train_ends(run: FrameworkRun, error: BaseException | None) -> None:
+def _train_ends(run: TrainloopRun, error: BaseException | None) -> None:
+    if run in _running:
+        _running.remove(run)
+    if error is not None:  # a step out of retries raised before its on_after_step
+        call_guarded(_SITE, _note_retries, run.trainer)
     run.end(error)  # its epoch (with the step inside), a step inside a higher owner's epoch
 
 

@@ -43,6 +43,7 @@ This module imports transformers only when it instruments.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -53,7 +54,7 @@ from .. import training
 from ..otel import semconv
 from ..recording import recorder
 from ..recording.guard import guarded
-from ..snapshots.watch import register as watch_model
+from ..snapshots.watch import watch_for_run
 from ..training.callbacks import FrameworkRun, Switch
 from . import FrameworkInstrumentor, transformers_generate
 
@@ -69,6 +70,7 @@ class TrainerRun(FrameworkRun):
     def __init__(self) -> None:
         super().__init__(HF, _SITE)
         self.updates_left: int | None = None  # optimizer steps left in this epoch
+        self.last_epoch: int | None = None  # the index of this train()'s latest epoch
 
 
 # -- the callback's moments -------------------------------------------------------------------
@@ -85,13 +87,20 @@ def _train_begin(run: TrainerRun, args: Any, state: Any, model: Any) -> None:
         semconv.GRADIENT_ACCUMULATION_STEPS: int(args.gradient_accumulation_steps),
     }
     run.begin(attributes, hold=False)  # (train() holds the levels, from before this moment)
+    run.last_epoch = None
     if model is not None:
-        watch_model(model)
+        run.watching(watch_for_run(model))
 
 
 @guarded(_SITE)
 def _epoch_begin(run: TrainerRun, args: Any, state: Any, dataloader: Any) -> None:
-    run.begin_epoch(int(state.epoch or 0))
+    # The Trainer's epoch is its progress (1.5 when resumed half way through epoch 1); over an
+    # iterable dataset of unknown length it is not even that (0.67 after a whole pass).
+    index = int(state.epoch or 0)
+    if run.last_epoch is not None:
+        index = max(index, run.last_epoch + 1)
+    run.last_epoch = index
+    run.begin_epoch(index)
     run.updates_left = _updates_left(args, state, dataloader)
 
 
@@ -247,13 +256,44 @@ def _checkpoint_attributes(trainer: Any, args: Any, kwargs: dict[str, Any]) -> d
     }
 
 
-def _fetch_begins(trainer: Any, args: Any, kwargs: Any) -> None:
-    """``get_batch_samples``: the Trainer fetches a step's batches before ``on_step_begin``."""
+def make_get_batch_samples(original: Any) -> Any:
+    """``Trainer.get_batch_samples``: the Trainer fetches a step's batches before
+    ``on_step_begin``; the step begins where that fetch began."""
+
+    def get_batch_samples(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.time_ns()
+        _fetch_begins(self, started)
+        result = original(self, *args, **kwargs)
+        _fetched(self, started, result)
+        return result
+
+    return functools.update_wrapper(get_batch_samples, original)
+
+
+@guarded(_SITE)
+def _fetch_begins(trainer: Any, started: int) -> None:
+    """A loader of known length: every fetch brings the step's batches (the Trainer makes
+    no more than it has), so the step begins now and what the fetch records is its own."""
     run = _run_of(trainer) if ACTIVE else None
-    if run is not None and run.training:
+    if run is not None and run.training and run.updates_left is not None:
         step = training.step_of(HF)
         if step is None or step.complete:
-            run.begin_step(trainer.state.global_step, start_ns=time.time_ns())
+            run.begin_step(trainer.state.global_step, start_ns=started)
+
+
+@guarded(_SITE)
+def _fetched(trainer: Any, started: int, result: Any) -> None:
+    """A stream of unknown length: the step begins (where its fetch began) once the fetch
+    brought batches; the one that finds the stream dry brings none, and is no step."""
+    run = _run_of(trainer) if ACTIVE else None
+    if run is None or not run.training:
+        return
+    batches = result[0] if isinstance(result, tuple) and result else None
+    if isinstance(batches, list) and not batches:
+        return
+    step = training.step_of(HF)
+    if step is None or step.complete:
+        run.begin_step(trainer.state.global_step, start_ns=started)
 
 
 def _built(trainer: Any, args: Any, kwargs: Any) -> Any:
@@ -299,7 +339,8 @@ class TransformersInstrumentor(FrameworkInstrumentor):
         for name in ("evaluate", "predict"):
             self.wrap(Trainer, name, _begin_pass(name, _pass_attributes), _end_pass)
         if "get_batch_samples" in Trainer.__dict__:  # transformers 4.46 and newer
-            self.wrap(Trainer, "get_batch_samples", _fetch_begins)
+            original = Trainer.__dict__["get_batch_samples"]
+            self.patch(Trainer, "get_batch_samples", make_get_batch_samples(original))
         if "_save_checkpoint" in Trainer.__dict__:
             self.wrap(
                 Trainer,

@@ -60,3 +60,12 @@ def watched_models() -> dict[str, Any]:
     """The live watched models of the current recorder, by name."""
     rec = recorder.current
     return rec.watched_models() if rec is not None else {}
+
+
+def watch_for_run(model: Any) -> str | None:
+    """Watch ``model`` for a framework's run (:meth:`FrameworkRun.watching`): the name it is
+    newly watched under; None when it was watched already (``ci.watch``) or can't be."""
+    rec = recorder.current or recorder.active()
+    before = set(rec.watched)
+    name = register(model)
+    return name if name is not None and name not in before else None

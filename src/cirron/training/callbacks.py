@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from .. import training
 from ..otel import semconv
+from ..recording import recorder
 from ..recording.guard import report
 from ..recording.marks import marks_from
 from ..recording.scopes import close_span, current_span, open_span
@@ -78,6 +79,7 @@ class FrameworkRun:
         self.passes: list[Moment] = []  # open passes, innermost last
         self.epoch_ending = False  # the epoch's end was announced: logs now describe it
         self._holding = False
+        self._watched: list[str] = []  # models watched for this run alone (see `watching`)
 
     @property
     def training(self) -> bool:
@@ -95,6 +97,9 @@ class FrameworkRun:
         if self.train is not None:
             return
         training.take_over(self.owner)
+        current = training.state()
+        if current.epoch is None:  # a run of its own: its epochs count from 0 (not in ci.epochs)
+            current.next_epoch = 0
         if hold:
             training.hold(self.owner)
             self._holding = True
@@ -126,6 +131,15 @@ class FrameworkRun:
         train, self.train = self.train, None
         if train is not None:
             close_span(train, error)
+        watched = (recorder.current or recorder.active()).watched
+        while self._watched:  # a later run's epochs do not snapshot this run's model
+            watched.pop(self._watched.pop(), None)
+
+    def watching(self, name: str | None) -> None:
+        """The framework's hook watched model ``name`` for this run (None: it was watched
+        already, with ``ci.watch``, and stays watched): its snapshots end with the run."""
+        if name is not None:
+            self._watched.append(name)
 
     # -- epochs and steps -------------------------------------------------------------------
     @_moment
