@@ -90,6 +90,14 @@ def test_the_input_share_is_the_share_the_loop_measured_itself(
         assert "num_workers" in output  # what to do next
 
 
+def test_an_exception_between_steps_is_placed_after_the_step_before_it(tmp_path):
+    known_run(tmp_path, "--epochs", "2", "--steps", "8", "--raise-before", "11")
+    found = findings(tmp_path)
+    assert found[0][0] == "error"
+    # not "of step 8", the first step of the epoch that failed
+    assert "failed in `epoch` after step 10: RuntimeError: boom before step 11" in found[0][1]
+
+
 def test_an_exception_at_step_4_is_the_first_thing_said(tmp_path):
     known_run(tmp_path, "--raise-at", "4")
     found = findings(tmp_path)

@@ -29,10 +29,10 @@ KNOWN_RUN = Path(__file__).parent / "scripts" / "known_run.py"
 SLOW_MS = 40
 
 
-def torchrun(path: Path, *flags: str) -> None:
+def torchrun(path: Path, *flags: str, ranks: int = 3) -> None:
     result = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node=3", str(SCRIPT), str(path),
-         *flags],
+        [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={ranks}", str(SCRIPT),
+         str(path), *flags],
         env=clean_environment(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -78,6 +78,11 @@ def test_the_rank_whose_loader_sleeps_is_named_with_data_wait(slow_loader):
     assert share >= 80, finding
     assert "in data wait" in finding
     assert "the other ranks spent that time waiting in all-reduce" in finding
+    assert 30 <= gap_ms(finding) <= 60, finding  # it sleeps 40 ms a batch
+
+
+def gap_ms(finding: str) -> float:
+    return float(re.search(r"\+([\d.]+)ms at the median", finding).group(1))
 
 
 def test_the_other_ranks_collective_spans_hold_the_wait(slow_loader):
@@ -135,6 +140,14 @@ def test_a_rank_whose_forward_is_slow_is_named_with_forward(tmp_path):
     (finding,) = re.findall(r"^warning +(rank 1 was the slowest in .*)$", output, re.M)
     assert "in forward" in finding
     assert "waiting in all-reduce" in finding
+
+
+def test_of_two_ranks_the_gap_said_is_the_whole_gap(tmp_path):
+    torchrun(tmp_path / "out", "--slow-rank", "1", "--slow-in", "forward", "--slow-ms", "40",
+             ranks=2)  # fmt: skip
+    output = cirron(tmp_path, "show", "--diagnose", "out").stdout
+    (finding,) = re.findall(r"^warning +(rank 1 was the slowest in .*)$", output, re.M)
+    assert 30 <= gap_ms(finding) <= 60, finding  # not half of it (the median of two is the mean)
 
 
 # -- bad input: a clear line, never a traceback --------------------------------------------

@@ -20,6 +20,9 @@ parser.add_argument("--epochs", type=int, default=1)
 parser.add_argument("--fetch-ms", type=float, default=0.0, help="the dataset's wait per batch")
 parser.add_argument("--compute-ms", type=float, default=2.0, help="busy work per step")
 parser.add_argument("--raise-at", type=int, help="a RuntimeError in the forward of this step")
+parser.add_argument(
+    "--raise-before", type=int, help="a RuntimeError in the loop, its batch fetched"
+)
 parser.add_argument("--nan-at", type=int, help="the loss is NaN from this step on")
 parser.add_argument("--slow-at", type=int, nargs="*", default=[], help="steps 60 ms slower")
 parser.add_argument("--flat-loss", action="store_true", help="a loss that does not decrease")
@@ -85,6 +88,8 @@ for epoch in range(arguments.epochs):
             break
         waited += time.perf_counter() - before
         step = model.step
+        if step == arguments.raise_before:
+            raise RuntimeError(f"boom before step {step}")
         busy(arguments.compute_ms + (60 if step in arguments.slow_at else 0))
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)

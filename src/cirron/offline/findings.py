@@ -71,6 +71,14 @@ def _exception(span: Any) -> tuple[str, str] | None:
     return None
 
 
+def _raised_at(span: Any) -> int:
+    """When ``span``'s error was raised: its exception event's time, else its end."""
+    for event in span.events:
+        if event.name == semconv.EXCEPTION and event.timestamp:
+            return int(event.timestamp)
+    return int(span.end_time or span.start_time)
+
+
 def _failures(who: str, timeline: Timeline) -> list[Finding]:
     failed = [span for span in timeline.spans if is_error(span)]
     if not failed:
@@ -81,8 +89,14 @@ def _failures(who: str, timeline: Timeline) -> list[Finding]:
     depth = {id(span): _depth(timeline, span) for span in failed}
     origin = max(raised or failed, key=lambda s: (depth[id(s)], -s.start_time))
     kind, message = _exception(origin) or ("", origin.status.description or "")
-    step = timeline.step_at(origin, origin.start_time)
-    where = f"`{origin.name}`" + (f" of step {step.number}" if step is not None else "")
+    # When it was raised: an epoch that failed began with its first step, not at the error.
+    raised_at = _raised_at(origin)
+    step = timeline.step_at(origin, raised_at)
+    if step is not None:
+        where = f"`{origin.name}` of step {step.number}"
+    else:  # between steps (the next one's batch fetched, no work on it yet)
+        before = [s for s in timeline.steps if s.span.start_time <= raised_at]
+        where = f"`{origin.name}`" + (f" after step {before[-1].number}" if before else "")
     what = f"{kind}: {message}" if kind else (message or "status ERROR")
     run_failed = any(s.name in (semconv.SESSION, semconv.TRAIN) for s in failed) or (
         not any(s.name == semconv.SESSION for s in timeline.spans)

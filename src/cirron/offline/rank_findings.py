@@ -67,8 +67,9 @@ def _straggler(alignment: Alignment) -> Finding:
     index, count = Counter(alignment.slowest).most_common(1)[0]
     rank = ranks[index]
     share = count / steps
-    own_median = statistics.median(
-        rank.own_ns(n) - statistics.median(r.own_ns(n) for r in ranks) for n in range(steps)
+    own_median = statistics.median(  # its own time less the others' median (not its own too)
+        rank.own_ns(n) - statistics.median(r.own_ns(n) for r in ranks if r is not rank)
+        for n in range(steps)
     )
     where = [n for n in range(steps) if alignment.slowest[n] == index]
     part = Counter(alignment.explained_by[n] for n in where).most_common(1)[0][0]

@@ -14,8 +14,8 @@ collectives (``collective`` spans) taken out of the part that holds them:
 
 What is left, a rank's *own time* (the step's wall time less its communication wait), is
 what the others wait for: at each step the rank with the most own time is the slowest, the
-*spread* is its own time less the median rank's, and the part in which it exceeds the
-median rank by most is the part that explains it.
+*spread* is its own time less the median of the other ranks' (of two ranks, the other's),
+and the part in which it exceeds theirs by most is the part that explains it.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Alignment:
     steps: int  # steps every rank recorded: compared over 0 .. steps - 1
     counts: dict[str, int]  # each process's step count (0 for one without steps)
     slowest: list[int] = field(default_factory=list)  # per step: the index of its slowest rank
-    spread_ns: list[int] = field(default_factory=list)  # per step: slowest own time - median
+    spread_ns: list[int] = field(default_factory=list)  # per step: slowest own - others' median
     explained_by: list[str] = field(default_factory=list)  # per step: the part behind it
 
     @property
@@ -150,16 +150,18 @@ def align(run: Run) -> Alignment | None:
         own = [rank.own_ns(number) for rank in ranks]
         slowest = max(range(len(ranks)), key=lambda i: own[i])
         alignment.slowest.append(slowest)
-        alignment.spread_ns.append(own[slowest] - int(statistics.median(own)))
+        others = own[:slowest] + own[slowest + 1 :]  # (with itself, two ranks' gap halves)
+        alignment.spread_ns.append(own[slowest] - int(statistics.median(others)))
         alignment.explained_by.append(_explaining_part(ranks, number, slowest))
     return alignment
 
 
 def _explaining_part(ranks: list[RankSteps], number: int, slowest: int) -> str:
-    """The part in which the slowest rank exceeds the median rank by most."""
+    """The part in which the slowest rank exceeds the median of the others by most."""
+    others = ranks[:slowest] + ranks[slowest + 1 :]
     excess = {
         part: ranks[slowest].parts[number][part]
-        - statistics.median(rank.parts[number][part] for rank in ranks)
+        - statistics.median(rank.parts[number][part] for rank in others)
         for part in PARTS
         if part != COMMUNICATION
     }
