@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import ast
 import json
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -140,6 +145,69 @@ def test_profile_sets_the_global_sdk_provider():
         child.end()
     (mine,) = ci.trace(format="dict", name="mine")
     assert [c["name"] for c in mine["children"]] == ["other"]
+
+
+SAMPLED_LOOP = """
+    import sys, collections, torch
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+    import cirron as ci
+
+    class DropNames(Sampler):
+        def should_sample(self, parent, trace_id, name, kind=None, attributes=None, *rest):
+            drop = name in sys.argv[1].split(",")
+            return SamplingResult(Decision.DROP if drop else Decision.RECORD_AND_SAMPLE)
+
+        def get_description(self):
+            return "DropNames"
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=DropNames())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    ci.profile(output="none")
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    for epoch in range(2):
+        for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    ci.trace()
+    health = ci.health()
+    ci.shutdown()
+    assert health["hook_errors"] == 0, health["errors_by_site"]
+    print(sorted(collections.Counter(s.name for s in exporter.get_finished_spans()).items()))
+"""
+
+
+@pytest.mark.parametrize(
+    ("dropped", "kept"),
+    [
+        ("step", [("data_load", 6), ("epoch", 2), ("forward", 4)]),
+        ("epoch", [("cirron.session", 1), ("step", 4)]),
+        ("cirron.session,epoch,step,forward,backward,optimizer_step,data_load", []),
+    ],
+    ids=["steps", "epochs", "everything"],
+)
+def test_a_sampler_that_drops_cirrons_spans_never_breaks_training_or_shutdown(
+    tmp_path, dropped, kept
+):
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(SAMPLED_LOOP))
+    result = subprocess.run(
+        [sys.executable, str(script), dropped], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "failed" not in result.stderr, result.stderr
+    counts = dict(ast.literal_eval(result.stdout.strip().splitlines()[-1]))
+    assert all(counts.get(name) == count for name, count in kept), counts
+    assert not set(dropped.split(",")) & set(counts)
 
 
 def test_an_existing_sdk_provider_is_reused_not_replaced(tmp_path):

@@ -315,8 +315,8 @@ class Profiler:
         hook_spans.build_open()  # a forward still running gets its span, ended below
         session_span = self.recorder.session
         open_spans = [span for span in reversed(store.open_spans()) if span is not session_span]
-        if session and session_span is not None:
-            open_spans.append(session_span)
+        if session and session_span is not None and session_span.is_recording():
+            open_spans.append(session_span)  # (not one a sampler dropped: nothing to end)
         for span in open_spans:
             if span.end_time is not None:
                 if interrupted and processor is not None:

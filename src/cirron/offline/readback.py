@@ -336,7 +336,8 @@ def render(
         rec.processor.build_noted()  # hook spans still waiting for the flush thread
     # In the order they ended (hook spans built on the flush thread reach the store late).
     spans = sorted(rec.store.ended_spans(), key=_end_time) + rec.store.open_spans()
-    root_id = _hex(rec.session.context.span_id) if rec.session is not None else None
+    session = rec.session  # (a sampler may have dropped it: a span that records nothing)
+    root_id = _hex(session.get_span_context().span_id) if session is not None else None
     roots, pairs = _tree(spans, root_id)
     return _render(roots, pairs, format, name, last, single=True, evicted=rec.store.evicted)
 

@@ -35,7 +35,7 @@ def clamped_end(moment: Moment, end_ns: int | None) -> int:
     now = _time_ns()
     if end_ns is None or end_ns > now:
         return now
-    started = moment.opened[0].start_time
+    started = getattr(moment.opened[0], "start_time", None)  # (none: a span a sampler dropped)
     return end_ns if started is None or end_ns >= started else started
 
 
@@ -70,8 +70,10 @@ def close_step(
     now = _time_ns()  # _clamped_end, inline: once a step
     if end_ns is None or end_ns > now:
         end_ns = now
-    elif end_ns < span.start_time:
-        end_ns = span.start_time
+    else:
+        started = getattr(span, "start_time", None)  # (none: a span a sampler dropped)
+        if started is not None and end_ns < started:
+            end_ns = started
     current.last_step_end_ns = end_ns
     close_span(step.opened, error, end_ns)
 

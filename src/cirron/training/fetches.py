@@ -57,6 +57,6 @@ def record_fetches(fetches: list[Fetch], parent: Span | None = None) -> None:
 
 def _open_at(span: Any, time_ns: int) -> Any:
     """``span``, or the first of its ancestors that had begun at ``time_ns``."""
-    while span is not None and (span.start_time or 0) > time_ns:
+    while span is not None and (getattr(span, "start_time", None) or 0) > time_ns:
         span = getattr(span, "_parent_span", None)
     return span

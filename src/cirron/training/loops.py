@@ -148,8 +148,9 @@ class _Batches(_Loop[T]):
         if self._timed:
             fetched = _time_ns()
             epoch = state.epoch  # the torch hooks may have opened it inside the fetch
-            if epoch is not None and epoch.opened[0].start_time > started:
-                started = epoch.opened[0].start_time
+            began = getattr(epoch.opened[0], "start_time", None) if epoch is not None else None
+            if began is not None and began > started:
+                started = began
             attributes = {semconv.INDEX: self._index, semconv.DATA_LOAD_NS: fetched - started}
         else:
             attributes = {semconv.INDEX: self._index}
