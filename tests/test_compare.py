@@ -97,3 +97,15 @@ def test_the_report_takes_two_runs(runs, tmp_path):
     assert result.returncode == 0, result.stderr
     text = page.read_text()
     assert "id='comparison'" in text and "step, median" in text
+    assert "<p>A: run " in text and "<br>B: run " in text  # each run named once ("A: A:" was)
+
+
+def test_a_share_difference_reads_as_the_shares_shown():
+    from cirron.offline.compare import Line, ratio_text, shown
+
+    line = Line("input-bound share", 0.01669, 0.01224, "share")  # shown as 2% and 1%
+    assert (shown(line.a, "share"), shown(line.b, "share"), ratio_text(line)) == (
+        "2%",
+        "1%",
+        "-1 pts",
+    )  # not "-0 pts"

@@ -215,7 +215,8 @@ def shown(value: float | None, unit: str) -> str:
 
 def ratio_text(line: Line) -> str:
     if line.unit == "share" and line.a is not None and line.b is not None:
-        return f"{100 * (line.b - line.a):+.0f} pts"
+        # From the shares as shown (rounded), so that "2% 1%" reads "-1 pts", never "-0 pts".
+        return f"{round(100 * line.b) - round(100 * line.a):+d} pts"
     ratio = line.ratio
     return f"{ratio:.2f}" if ratio is not None else "-"
 

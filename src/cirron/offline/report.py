@@ -203,8 +203,8 @@ def _comparison(compared: Compared) -> str:
     )
     said, _over = compare.verdict(a, b, None)
     return (
-        f"<h2 id='comparison'>A against B</h2><p>A: {_escape(compare.heading(a, where[0]))}"
-        f"<br>B: {_escape(compare.heading(b, where[1]))}</p>"
+        f"<h2 id='comparison'>A against B</h2><p>{_escape(compare.heading(a, where[0]))}"
+        f"<br>{_escape(compare.heading(b, where[1]))}</p>"  # (each heading names its run A, B)
         f"<table><tr><th></th><th>A</th><th>B</th><th>B/A</th></tr>{body}</table>"
         f"<p>{_escape(said)}</p>"
     )
