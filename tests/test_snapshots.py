@@ -5,10 +5,14 @@ Spans are read back from the spool (OTLP/JSON), where the tensor events are.
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
 import os
 import random
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -411,6 +415,53 @@ def test_seeding_random_makes_the_sampled_epochs_reproducible(tmp_path, monkeypa
     (tmp_path / "again").mkdir()
     monkeypatch.chdir(tmp_path / "again")
     assert sampled_epochs(seed=11) == first and 0 < len(first) < 12
+
+
+SEEDED = """
+    import random, sys, torch
+    import cirron as ci
+    random.seed(7)
+    if sys.argv[1] == "on":
+        ci.profile(snapshots="sampled", sample_rate=0.5, frameworks=["torch"])
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ci.watch(model) if sys.argv[1] == "on" else None
+    for epoch in ci.epochs(range(10)):  # the metrics sink measures each batch meanwhile
+        for batch in ci.batches(range(2)):
+            random.random()
+            optimizer.zero_grad()
+            loss = model(torch.ones(4, 2)).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            ci.mark("loss", loss)
+    ci.shutdown()
+    spans = ci.spool_spans()
+    epochs = {s["spanId"]: s["attributes"][0]["value"]["intValue"] for s in spans
+              if s["name"] == "epoch"}
+    print(sorted(int(epochs[s["parentSpanId"]]) for s in spans if s["name"] == "snapshot"
+                 and any(a["key"] == "snapshot.weights_path" for a in s["attributes"])))
+    print(random.random())
+"""
+
+
+def test_a_seeded_run_samples_the_same_epochs_in_every_process_and_draws_as_without_cirron(
+    tmp_path,
+):
+    outputs = []
+    for run, mode in enumerate(["on", "on", "off"]):
+        (tmp_path / str(run)).mkdir()
+        script = tmp_path / str(run) / "seeded.py"
+        script.write_text(textwrap.dedent(SEEDED))
+        result = subprocess.run(
+            [sys.executable, str(script), mode], cwd=script.parent, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        outputs.append(result.stdout.splitlines())
+    first, second, without = outputs
+    assert first == second  # the same epochs sampled, in two processes
+    assert 0 < len(ast.literal_eval(first[0])) < 10
+    assert first[1] == without[1]  # the program's own random numbers, as without cirron
 
 
 def test_an_unwritable_snapshot_directory_loses_the_files_with_one_warning(caplog):

@@ -21,10 +21,16 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from opentelemetry import metrics
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import (
+    AlignedHistogramBucketExemplarReservoir,
+    MeterProvider,
+    SimpleFixedSizeExemplarReservoir,
+)
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import Resource
 
 from ..exporters.metrics_files import MetricsFileExporter
@@ -57,9 +63,33 @@ def readers(files: MetricsFileExporter | None, otlp: bool, interval: float) -> l
     return found
 
 
+class LatestExemplar(SimpleFixedSizeExemplarReservoir):
+    """An exemplar reservoir that keeps the latest measurement, drawing no random number.
+
+    The SDK's default for counters and gauges draws from the global ``random`` to pick
+    which measurement to keep: a seeded training run would draw other numbers with cirron
+    on than off. The latest one is also the one worth following (the step just recorded).
+    """
+
+    def _find_bucket_index(self, *args: Any, **kwargs: Any) -> int:
+        return 0  # (its one bucket, overwritten each time)
+
+
+def _reservoir(aggregation: type) -> Any:
+    """Histograms keep the SDK's reservoir (one exemplar a bucket, no draw); the rest ours."""
+    if "ExplicitBucketHistogram" in aggregation.__name__:
+        return AlignedHistogramBucketExemplarReservoir
+    return LatestExemplar
+
+
 def own_provider(metric_readers: list[MetricReader], resource: Resource) -> MeterProvider:
     """cirron's provider for ``metric_readers``, with ``resource`` (the traces')."""
-    return MeterProvider(metric_readers=metric_readers, resource=resource, shutdown_on_exit=False)
+    return MeterProvider(
+        metric_readers=metric_readers,
+        resource=resource,
+        shutdown_on_exit=False,
+        views=[View(instrument_name="*", exemplar_reservoir_factory=_reservoir)],
+    )
 
 
 def bounded(name: str, call: Callable[[], object]) -> threading.Thread:

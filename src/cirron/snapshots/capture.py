@@ -37,6 +37,7 @@ framework hook gets its models snapshotted by registering them
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import random
 import time
@@ -119,7 +120,9 @@ def _sampled(sample_rate: float, epoch: Span) -> bool:
     """
     index = (getattr(epoch, "attributes", None) or {}).get(semconv.INDEX)
     key = index if index is not None else epoch.get_span_context().span_id
-    return random.Random(f"{hash(random.getstate())}/{key}").random() < sample_rate
+    # A digest of the state, not hash(): hash(None) (the state's gauss_next) varies by process.
+    state = hashlib.blake2b(repr(random.getstate()).encode(), digest_size=8).hexdigest()
+    return random.Random(f"{state}/{key}").random() < sample_rate
 
 
 def _start_span(
