@@ -210,6 +210,40 @@ def test_a_sampler_that_drops_cirrons_spans_never_breaks_training_or_shutdown(
     assert not set(dropped.split(",")) & set(counts)
 
 
+def test_flushing_the_users_own_provider_gives_its_exporter_the_hook_spans_too(tmp_path):
+    result = run_python(
+        """
+        import collections, torch
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        import cirron as ci
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        ci.profile(output="none", flush_interval=60)  # nothing flushed on its own meanwhile
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+        for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        provider.force_flush()  # the user's own flush, as the SDK documents it
+        print(sorted(collections.Counter(s.name for s in exporter.get_finished_spans()).items()))
+        """,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    counts = dict(ast.literal_eval(result.stdout.strip().splitlines()[-1]))
+    assert counts["step"] >= 1
+    assert counts["forward"] == counts["backward"] == counts["optimizer_step"] == 2
+    assert counts["data_load"] >= 2
+
+
 def test_an_existing_sdk_provider_is_reused_not_replaced(tmp_path):
     result = run_python(
         """

@@ -8,6 +8,7 @@ to cirron's spool at once; ranks that share a run id; ``TRACEPARENT``.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -105,6 +106,20 @@ def test_a_script_that_never_imports_cirron_gives_the_same_tree_over_otlp_and_sp
     trace_ids = {s["traceId"] for s in spooled}
     assert len(trace_ids) == 1 and trace_ids.pop() in received
     assert "Attempting to instrument while already instrumented" not in output
+    # The process is described as ci.profile() describes it: runs and ranks tell apart.
+    assert resource(session, "service.name") == "train"  # the script's name
+    assert resource(session, "cirron.run_id") == "zero-code-1"
+    assert resource(session, "process.pid") and resource(session, "host.name")
+    assert resource(session, "cirron.rank") is None  # (no rank in this environment)
+    assert re.search(r"zero-code-1 .* torch +pid \d+ +8 +ok", cirron_runs(tmp_path))
+
+
+def cirron_runs(directory: Path) -> str:
+    result = subprocess.run(
+        [str(BIN / "cirron"), "runs"], cwd=directory, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def test_ci_profile_in_a_zero_code_run_reuses_its_provider_and_instrumentors(tmp_path, profiled):

@@ -120,7 +120,7 @@ class Profiler:
             settings.exit_timeout,
             background=True,  # hook spans are built on its thread, also with no sinks
         )
-        span_provider.add_span_processor(processor)
+        spans.add_span_processor_first(span_provider, processor)
         self._provider = span_provider
         self.recorder = recorder.start_session(
             span_provider,

@@ -41,6 +41,7 @@ def start() -> None:
     try:
         from . import profiler
 
+        _describe_the_process()
         handle = profiler.profile()
         handle.zero_code = True
     except Exception as error:  # noqa: BLE001 - the program runs, traced or not
@@ -54,6 +55,21 @@ def start() -> None:
         _warn_if_the_protocol_misses_the_port()
     except Exception:  # noqa: BLE001, S110 - only advice: the program runs as it would
         pass
+
+
+def _describe_the_process() -> None:
+    """The configurator's provider gets the resource ``ci.profile()`` gives its own (the
+    script's name, the rank, the run, the host and pid, an instance id stable per run and
+    rank), ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` still on top: without it the
+    spool cannot tell runs and ranks apart."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from .otel import resource, spans
+
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        spans.extend_resource(provider, resource.build_resource())
 
 
 def _warn_if_the_protocol_misses_the_port() -> None:

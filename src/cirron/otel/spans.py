@@ -477,6 +477,36 @@ def span_processors(provider: trace_api.TracerProvider) -> tuple[SpanProcessor, 
     return tuple(getattr(multi, "_span_processors", ()))
 
 
+def add_span_processor_first(provider: TracerProvider, processor: SpanProcessor) -> None:
+    """Add ``processor`` to ``provider`` ahead of the processors it has.
+
+    cirron's processor hands the processors the hook spans it builds off the training
+    thread: put first, a ``force_flush()`` or ``shutdown()`` of the user's own provider
+    builds and hands them over before the user's batch processor flushes or shuts down
+    (last, they missed it). The SDK only appends; without its tuple and lock, it stays last.
+    """
+    provider.add_span_processor(processor)
+    multi: Any = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    if lock is None or not isinstance(getattr(multi, "_span_processors", None), tuple):
+        return
+    with lock:
+        others = tuple(p for p in multi._span_processors if p is not processor)
+        multi._span_processors = (processor, *others)
+
+
+def extend_resource(provider: TracerProvider, extra: Any) -> None:
+    """Merge ``extra`` (a ``Resource``) into ``provider``'s, ``extra``'s values winning.
+
+    For the provider ``opentelemetry-instrument``'s configurator built (zero-code): it knows
+    nothing of ranks, runs and the script's name, and the SDK has no way to give a provider
+    another resource once made. Only tracers made from here on carry it.
+    """
+    current = getattr(provider, "_resource", None)
+    if current is not None and hasattr(current, "merge"):
+        provider._resource = current.merge(extra)
+
+
 def remove_span_processor(provider: trace_api.TracerProvider, processor: SpanProcessor) -> bool:
     """Detach ``processor`` from ``provider``; False when this SDK offers no way (it stays, inert)."""
     multi = getattr(provider, "_active_span_processor", None)

@@ -22,7 +22,7 @@ from ..config import Settings
 from ..otel import ids, semconv, values
 from ..otel.health import Health
 from ..otel.processor import RingBufferSpanProcessor
-from ..otel.spans import ScopeSpan, TracerState, lean_path_possible
+from ..otel.spans import ScopeSpan, TracerState, add_span_processor_first, lean_path_possible
 from ..otel.store import TraceStore
 from ..otel.version import __version__
 from .training_state import TrainingState
@@ -177,7 +177,7 @@ def bind_provider(provider: TracerProvider) -> Recorder:
     """
     settings = Settings()
     health, store, processor = _memory_only(settings)
-    provider.add_span_processor(processor)
+    add_span_processor_first(provider, processor)
     tracer, lean = _tracer(provider, settings.max_events)
     bound = Recorder(
         enabled=True,
