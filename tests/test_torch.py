@@ -1129,3 +1129,29 @@ def test_profile_before_import_torch_attaches_when_the_script_imports_it(tmp_pat
         "backward": 2,
         "optimizer_step": 2,
     }
+
+
+def test_a_span_of_the_programs_own_tracer_around_each_batch_leaves_the_tree_whole():
+    from opentelemetry import trace
+
+    profile()
+    tracer = trace.get_tracer("my-app")
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _epoch in range(2):
+        for i, (x, y) in enumerate(DataLoader(make_data(16), batch_size=8)):
+            with tracer.start_as_current_span(f"work{i}"):  # the epoch and step open inside
+                train_step(model, optimizer, nn.CrossEntropyLoss(), x, y)
+    with ci.scope("after"):
+        pass
+    root = session_tree()
+    epochs = kids(root, "epoch")  # under the session, not under the span they opened in
+    assert [e["index"] for e in epochs] == [0, 1]
+    assert [[s["index"] for s in kids(e, "step")] for e in epochs] == [[0, 1], [2, 3]]
+    for node in walk(root):  # no span has a parent that began after it
+        for child in node["children"]:
+            assert child["start_ns"] >= node["start_ns"], (node["name"], child["name"])
+    for step in named(root, "step"):
+        assert child_names(step)["forward"] == 1
+    (after,) = named(root, "after")
+    assert after["parent_id"] in (root["span_id"], epochs[-1]["span_id"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from opentelemetry.trace import Span
+from opentelemetry.trace import INVALID_SPAN, Span
 
 from ..otel import ids, semconv
 from ..otel.resource import run_id
@@ -21,6 +21,7 @@ from .fetches import fed, record_fetches, take_fetches
 from .owners import state, yields
 
 _pending = training_state.pending_fetches  # mutated in place, never rebound
+ROOT = INVALID_SPAN  # as a moment's parent: none (a root, on a provider with no session)
 
 
 def take_over(who: Owner) -> None:
@@ -56,7 +57,7 @@ def begin_epoch(
         if index is None:
             index = current.next_epoch
         current.next_epoch = index + 1
-        parent = current_span()
+        parent = _begun_by(rec, current_span(), start_ns)
         above = parent if parent is not None else rec.session  # its parent in the tree
         if _split(rec, current, above):
             trace_id = ids.epoch_trace_id(_run_name(rec), index)
@@ -64,13 +65,33 @@ def begin_epoch(
                 rec, semconv.EPOCH, {semconv.INDEX: index}, trace_id, above, start_ns
             )
         else:
-            opened = open_on(rec, semconv.EPOCH, {semconv.INDEX: index}, start_ns)
+            opened = open_on(rec, semconv.EPOCH, {semconv.INDEX: index}, start_ns, above or ROOT)
         epoch = current.epoch = Moment(who, opened, index, parent)
         epoch.fallback = fallback
         if parent is not None:
             training_state.enclosing.add(parent)
             epoch.encloses = True
         return True
+
+
+def _begun_by(rec: Recorder, span: Any, start_ns: int | None) -> Any:
+    """``span``, or its nearest ancestor that had begun by ``start_ns`` (None: the session).
+
+    A moment begins where its first fetch began, and opens at the first work on the batch:
+    a span opened in between (a span of the program's own tracer around that work) is not
+    its parent, but what was current when the fetch began. The ancestors of a span of
+    another tracer are found among the open spans, by id.
+    """
+    if start_ns is None:
+        return span
+    open_spans = rec.store.open if rec.store is not None else {}
+    while span is not None and (getattr(span, "start_time", None) or 0) > start_ns:
+        above = getattr(span, "_parent_span", None)
+        if above is None:
+            context = getattr(span, "parent", None)
+            above = open_spans.get(context.span_id) if context is not None else None
+        span = above
+    return span
 
 
 def _split(rec: Recorder, current: TrainingState, parent: Span | None) -> bool:
@@ -168,10 +189,12 @@ def begin_step(
         if index is None:
             index = current.next_step
         current.next_step = index + 1 if name == semconv.STEP else current.next_step + 1
-        parent = current_span()
-        step = current.step = Moment(
-            who, open_on(rec, name, {semconv.INDEX: index}, start_ns), index, parent
-        )
+        here = current_span()
+        parent = _begun_by(rec, here, start_ns)
+        if parent is not here and epoch is not None and epoch.opened[0].is_recording():
+            parent = epoch.opened[0]  # (what opened since its fetch is inside the epoch)
+        opened = open_on(rec, name, {semconv.INDEX: index}, start_ns, parent or rec.session or ROOT)
+        step = current.step = Moment(who, opened, index, parent)
         step.cpu = (current.boundary if continued else None) or resources.cpu_mark(current)
         if epoch is not None:
             epoch.steps += 1
