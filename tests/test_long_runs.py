@@ -28,6 +28,25 @@ def epoch_traces(path: str) -> dict[int, str]:
     return found
 
 
+def test_the_hook_spans_not_built_yet_count_toward_the_limit(tmp_path):
+    import torch
+
+    ci.profile(path=str(tmp_path), config={"trace_split": 60}, flush_interval=60)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(80, 4), torch.randn(80, 1))
+    for _epoch in range(6):  # 27 spans an epoch: 5 steps of 5 spans, the dry fetch, the epoch
+        for x, y in torch.utils.data.DataLoader(data, batch_size=16):
+            optimizer.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+    ci.shutdown()
+    (session,) = [s for s in spool_spans(str(tmp_path)) if s["name"] == "cirron.session"]
+    traces = epoch_traces(str(tmp_path))
+    # 1 + 27 * 3 = 82 spans recorded before epoch 3: past 60 (built or still noted)
+    assert [traces[i] == session["traceId"] for i in range(6)] == [True] * 3 + [False] * 3
+
+
 def test_past_the_limit_each_epoch_begins_a_trace_linked_to_its_parent(tmp_path):
     ci.profile(path=str(tmp_path), config={"trace_split": 50})
     train(epochs=5, batches=20)

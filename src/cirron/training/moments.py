@@ -103,7 +103,10 @@ def _split(rec: Recorder, current: TrainingState, parent: Span | None) -> bool:
     """
     if not current.split:
         limit = rec.settings.trace_split
-        if not limit or parent is None or rec.health.spans_started() < limit:
+        # The hook spans noted but not built yet (the flush thread builds them) count too.
+        noted = rec.processor.noted if rec.processor is not None else None
+        recorded = rec.health.spans_started() + (len(noted) if noted is not None else 0)
+        if not limit or parent is None or recorded < limit:
             return False
         current.split = True
     return parent is not None
