@@ -258,6 +258,7 @@ def test_findings_show_severity_and_next_step_and_link_to_anchors_of_the_page(ho
     assert findings is not None
     nan = re.search(r'<li class="error">(.*?)</li>', findings.group(1))
     assert nan is not None and "the first with NaN or Inf values (first: broken.weight)" in nan[1]
+    assert "pid " not in nan[1]  # one process: no finding names it
     assert 'href="#norms"' in nan[1] and "next: look at the steps of that epoch" in nan[1]
     anchors = set(re.findall(r"""id=['"]([\w-]+)['"]""", report))
     assert {"marks", "norms", "step-times", "stalls"} <= anchors

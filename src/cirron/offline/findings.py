@@ -260,10 +260,11 @@ def _snapshots(timelines: list[tuple[Process, Timeline]]) -> list[Finding]:
                     break
     if found:
         index, tensor, process, span = min(found, key=lambda f: f[0])
+        who = f"{process.label}: " if len(timelines) > 1 else ""  # as every finding names it
         return [
             Finding(
                 ERROR,
-                f"{process.label}: the snapshot of epoch {index} is the first with NaN or Inf "
+                f"{who}the snapshot of epoch {index} is the first with NaN or Inf "
                 f"values (first: {tensor}).",
                 "look at the steps of that epoch: the loss and the learning rate there",
                 "norms",
