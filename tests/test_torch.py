@@ -1155,3 +1155,23 @@ def test_a_span_of_the_programs_own_tracer_around_each_batch_leaves_the_tree_who
         assert child_names(step)["forward"] == 1
     (after,) = named(root, "after")
     assert after["parent_id"] in (root["span_id"], epochs[-1]["span_id"])
+
+
+def test_an_ended_span_another_tracer_left_current_is_no_epochs_parent():
+    from opentelemetry import context, trace
+
+    profile(config={"trace_split": 1})  # each epoch a trace of its own, linked to its parent
+    finished = trace.get_tracer("my-app").start_span("finished")
+    finished.end()
+    token = context.attach(trace.set_span_in_context(finished))  # as a context manager can
+    try:
+        model = make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in DataLoader(make_data(16), batch_size=8):
+            train_step(model, optimizer, nn.CrossEntropyLoss(), x, y)
+    finally:
+        context.detach(token)
+    root = session_tree()
+    (epoch,) = kids(root, "epoch")  # under the session: not under (nor linked to) the ended span
+    assert [s["index"] for s in kids(epoch, "step")] == [0, 1]
+    assert [link["span_id"] for link in epoch["links"]] == [root["span_id"]]

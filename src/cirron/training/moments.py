@@ -10,6 +10,7 @@ from opentelemetry.trace import INVALID_SPAN, Span
 
 from ..otel import ids, semconv
 from ..otel.resource import run_id
+from ..otel.spans import ScopeSpan
 from ..recording import recorder, training_state
 from ..recording.marks import marks_from
 from ..recording.recorder import Recorder
@@ -75,23 +76,32 @@ def begin_epoch(
 
 
 def _begun_by(rec: Recorder, span: Any, start_ns: int | None) -> Any:
-    """``span``, or its nearest ancestor that had begun by ``start_ns`` (None: the session).
+    """``span``, or its nearest ancestor still open that had begun by ``start_ns`` (None:
+    the session).
 
     A moment begins where its first fetch began, and opens at the first work on the batch:
     a span opened in between (a span of the program's own tracer around that work) is not
-    its parent, but what was current when the fetch began. The ancestors of a span of
+    its parent, but what was current when the fetch began; nor is a span that has ended
+    (another tracer's context manager can leave one current). The ancestors of a span of
     another tracer are found among the open spans, by id.
     """
-    if start_ns is None:
-        return span
     open_spans = rec.store.open if rec.store is not None else {}
-    while span is not None and (getattr(span, "start_time", None) or 0) > start_ns:
+    while span is not None and (
+        not span.is_recording() or (start_ns is not None and _began_after(span, start_ns))
+    ):
         above = getattr(span, "_parent_span", None)
         if above is None:
             context = getattr(span, "parent", None)
             above = open_spans.get(context.span_id) if context is not None else None
         span = above
     return span
+
+
+def _began_after(span: Any, time_ns: int) -> bool:
+    if span is None:
+        return False
+    began = span._start_time if type(span) is ScopeSpan else getattr(span, "start_time", None)
+    return (began or 0) > time_ns
 
 
 def _split(rec: Recorder, current: TrainingState, parent: Span | None) -> bool:
@@ -192,11 +202,19 @@ def begin_step(
         if index is None:
             index = current.next_step
         current.next_step = index + 1 if name == semconv.STEP else current.next_step + 1
-        here = current_span()
-        parent = _begun_by(rec, here, start_ns)
-        if parent is not here and epoch is not None and epoch.opened[0].is_recording():
-            parent = epoch.opened[0]  # (what opened since its fetch is inside the epoch)
-        opened = open_on(rec, name, {semconv.INDEX: index}, start_ns, parent or rec.session or ROOT)
+        parent = here = current_span()
+        above = None  # (the current span, as a step's parent nearly always is: no call)
+        if here is not None and not (
+            type(here) is ScopeSpan
+            and here._end_time is None
+            and (start_ns is None or (here._start_time or 0) <= start_ns)
+        ):
+            parent = _begun_by(rec, here, start_ns)
+            if parent is not here:
+                if epoch is not None and epoch.opened[0].is_recording():
+                    parent = epoch.opened[0]  # (what opened since its fetch is in the epoch)
+                above = parent or rec.session or ROOT
+        opened = open_on(rec, name, {semconv.INDEX: index}, start_ns, above)
         step = current.step = Moment(who, opened, index, parent)
         step.cpu = (current.boundary if continued else None) or resources.cpu_mark(current)
         if epoch is not None:
