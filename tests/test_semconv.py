@@ -26,6 +26,7 @@ NOT_NAMES = {
     ("cirron/__init__.py", "epochs"): "the public API's names",
     ("cirron/__init__.py", "inference"): "the public API's names",
     ("cirron/config.py", "path"): "a setting",
+    ("cirron/exporters/spool.py", "path"): "an argument named in an error message",
     ("cirron/wrap.py", "predict"): "the estimator methods it wraps",
     ("cirron/otel/values.py", "device"): "a tensor's attribute",
     ("cirron/otel/values.py", "index"): "an argument named in an error message",
