@@ -114,6 +114,25 @@ def test_a_script_that_never_imports_cirron_gives_the_same_tree_over_otlp_and_sp
     assert re.search(r"zero-code-1 .* torch +pid \d+ +8 +ok", cirron_runs(tmp_path))
 
 
+def test_the_spans_of_other_instrumentations_carry_the_same_resource(tmp_path):
+    """A tracer another instrumentation made before cirron's hook ran (requests') still
+    describes the process as cirron does: one process in `cirron runs`, not two."""
+    code = """
+        import requests
+        try:
+            requests.get("http://127.0.0.1:9", timeout=1)  # refused: a failed GET span
+        except requests.RequestException:
+            pass
+        print("TRAINED")
+    """
+    run(tmp_path, code, instrument=True, OTEL_TRACES_EXPORTER="cirron_spool", RANK="1")
+    spans = spool_spans(str(tmp_path / ".cirron"))
+    assert {s["name"] for s in spans} == {"GET", "cirron.session"}
+    assert {resource(s, "cirron.rank") for s in spans} == {1}
+    assert len({resource(s, "process.pid") for s in spans}) == 1
+    assert re.search(r" rank 1 +0 +failed", cirron_runs(tmp_path))
+
+
 def cirron_runs(directory: Path) -> str:
     result = subprocess.run(
         [str(BIN / "cirron"), "runs"], cwd=directory, capture_output=True, text=True, timeout=60

@@ -500,11 +500,18 @@ def extend_resource(provider: TracerProvider, extra: Any) -> None:
 
     For the provider ``opentelemetry-instrument``'s configurator built (zero-code): it knows
     nothing of ranks, runs and the script's name, and the SDK has no way to give a provider
-    another resource once made. Only tracers made from here on carry it.
+    another resource once made. The resource object is changed in place (its attributes
+    replaced, before any span of the run began), so that the tracers other instrumentations
+    made from it already carry the same one: one process, one resource.
     """
     current = getattr(provider, "_resource", None)
-    if current is not None and hasattr(current, "merge"):
-        provider._resource = current.merge(extra)
+    if current is None or not hasattr(current, "merge"):
+        return
+    merged = current.merge(extra)
+    if hasattr(current, "_attributes"):
+        current._attributes = merged._attributes
+    else:  # another SDK's resource: new tracers only
+        provider._resource = merged
 
 
 def remove_span_processor(provider: trace_api.TracerProvider, processor: SpanProcessor) -> bool:
