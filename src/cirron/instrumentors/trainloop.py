@@ -62,8 +62,9 @@ def _before_train(trainer: Any) -> None:
     model = getattr(trainer, "model", None)
     if model is not None:
         name = watch_for_run(trainer.unwrap(model))
-        if _running:
-            _running[-1].watching(name)
+        run = next((r for r in reversed(_running) if r.trainer is trainer), None)
+        if run is not None:
+            run.watching(name)
 
 
 @guarded(_SITE)

@@ -262,35 +262,31 @@ def make_get_batch_samples(original: Any) -> Any:
 
     def get_batch_samples(self: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.time_ns()
-        _fetch_begins(self, started)
+        _fetch_step(self, started)
         result = original(self, *args, **kwargs)
-        _fetched(self, started, result)
+        _fetch_step(self, started, result)
         return result
 
     return functools.update_wrapper(get_batch_samples, original)
 
 
 @guarded(_SITE)
-def _fetch_begins(trainer: Any, started: int) -> None:
-    """A loader of known length: every fetch brings the step's batches (the Trainer makes
-    no more than it has), so the step begins now and what the fetch records is its own."""
-    run = _run_of(trainer) if ACTIVE else None
-    if run is not None and run.training and run.updates_left is not None:
-        step = training.step_of(HF)
-        if step is None or step.complete:
-            run.begin_step(trainer.state.global_step, start_ns=started)
-
-
-@guarded(_SITE)
-def _fetched(trainer: Any, started: int, result: Any) -> None:
-    """A stream of unknown length: the step begins (where its fetch began) once the fetch
-    brought batches; the one that finds the stream dry brings none, and is no step."""
+def _fetch_step(trainer: Any, started: int, fetched: Any = None) -> None:
+    """The step the fetch that began at ``started`` is for begins there: before the fetch
+    (``fetched`` None) from a loader of known length, whose every fetch brings the step's
+    batches, so that what the fetch records is the step's; after it (``fetched``: what it
+    returned) from a stream of unknown length, once it brought batches: the fetch that finds
+    the stream dry brings none, and is no step."""
     run = _run_of(trainer) if ACTIVE else None
     if run is None or not run.training:
         return
-    batches = result[0] if isinstance(result, tuple) and result else None
-    if isinstance(batches, list) and not batches:
-        return
+    if fetched is None:
+        if run.updates_left is None:  # a stream: wait for what the fetch brings
+            return
+    else:
+        batches = fetched[0] if isinstance(fetched, tuple) and fetched else None
+        if isinstance(batches, list) and not batches:  # the stream ran dry
+            return
     step = training.step_of(HF)
     if step is None or step.complete:
         run.begin_step(trainer.state.global_step, start_ns=started)

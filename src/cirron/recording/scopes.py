@@ -284,16 +284,16 @@ def close_span(
     if error is not None and span.is_recording():
         close_with_error(span, error)
     span.end(end_ns)
-    if _context_var.get().get(SPAN_KEY) is not span:
-        # Closed out of order: the token restores what this span replaced, unless that was a
-        # span that has ended since (one of another tracer's, that this one opened inside
-        # of): bringing it back would leave an ended span current. Then the context stays.
-        if getattr(previous.get(SPAN_KEY), "end_time", None) is not None:
-            return
+    on_top = _context_var.get().get(SPAN_KEY) is span
+    # Closed out of order, the token restores what this span replaced, unless that was a
+    # span that has ended since (one of another tracer's, that this one opened inside of):
+    # bringing it back would leave an ended span current. Then the context stays.
+    if not on_top and getattr(previous.get(SPAN_KEY), "end_time", None) is not None:
+        return
     try:
         _context_var.reset(token)
     except (ValueError, RuntimeError):  # another context (a generator moved), or reset twice
-        if _context_var.get().get(SPAN_KEY) is span:  # never another thread's context
+        if on_top:  # never another thread's context
             _context_var.set(previous)
 
 

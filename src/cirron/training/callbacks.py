@@ -131,9 +131,10 @@ class FrameworkRun:
         train, self.train = self.train, None
         if train is not None:
             close_span(train, error)
-        watched = (recorder.current or recorder.active()).watched
-        while self._watched:  # a later run's epochs do not snapshot this run's model
-            watched.pop(self._watched.pop(), None)
+        if self._watched:  # a later run's epochs do not snapshot this run's models
+            watched = (recorder.current or recorder.active()).watched
+            while self._watched:
+                watched.pop(self._watched.pop(), None)
 
     def watching(self, name: str | None) -> None:
         """The framework's hook watched model ``name`` for this run (None: it was watched

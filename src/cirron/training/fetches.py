@@ -49,14 +49,32 @@ def record_fetches(fetches: list[Fetch], parent: Span | None = None) -> None:
     if not current.detail and current.step is not None and current.step.opened[0] is here:
         return
     for fetch in fetches:
-        under = here if parent is not None else _open_at(here, fetch.start_ns)
+        under = here if parent is not None else open_at(here, fetch.start_ns)
         hook_spans.record_on(
             under, semconv.DATA_LOAD, {}, fetch.start_ns, fetch.end_ns, fetch.error
         )
 
 
-def _open_at(span: Any, time_ns: int) -> Any:
-    """``span``, or the first of its ancestors that had begun at ``time_ns``."""
-    while span is not None and (getattr(span, "start_time", None) or 0) > time_ns:
-        span = getattr(span, "_parent_span", None)
+def open_at(span: Any, time_ns: int | None) -> Any:
+    """``span``, or its nearest ancestor still open that had begun by ``time_ns`` (None: at
+    any time); None when there is none (the session's place).
+
+    Where the program was at a past moment (a fetch began): a span opened since (a span of
+    the program's own tracer around the work on the batch) is not it, nor is one that has
+    ended (another tracer's context manager can leave one current). The ancestors of a span
+    of another tracer are found among the recorder's open spans, by id.
+    """
+    open_spans = None
+    while span is not None and (
+        not span.is_recording()
+        or (time_ns is not None and (getattr(span, "start_time", None) or 0) > time_ns)
+    ):
+        above = getattr(span, "_parent_span", None)
+        if above is None:
+            if open_spans is None:
+                rec = recorder.current
+                open_spans = rec.store.open if rec is not None and rec.store is not None else {}
+            context = getattr(span, "parent", None)
+            above = open_spans.get(context.span_id) if context is not None else None
+        span = above
     return span

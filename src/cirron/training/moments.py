@@ -18,7 +18,7 @@ from ..recording.scopes import current_span, open_on, open_root
 from ..recording.training_state import Fetch, Moment, Owner, TrainingState
 from . import boundaries, loop_frames, resources
 from .closing import close_epoch, close_evaluation, close_fallback_epoch, close_step, end_before
-from .fetches import fed, record_fetches, take_fetches
+from .fetches import fed, open_at, record_fetches, take_fetches
 from .owners import state, yields
 
 _pending = training_state.pending_fetches  # mutated in place, never rebound
@@ -58,7 +58,7 @@ def begin_epoch(
         if index is None:
             index = current.next_epoch
         current.next_epoch = index + 1
-        parent = _begun_by(rec, current_span(), start_ns)
+        parent = open_at(current_span(), start_ns)
         above = parent if parent is not None else rec.session  # its parent in the tree
         if _split(rec, current, above):
             trace_id = ids.epoch_trace_id(_run_name(rec), index)
@@ -73,35 +73,6 @@ def begin_epoch(
             training_state.enclosing.add(parent)
             epoch.encloses = True
         return True
-
-
-def _begun_by(rec: Recorder, span: Any, start_ns: int | None) -> Any:
-    """``span``, or its nearest ancestor still open that had begun by ``start_ns`` (None:
-    the session).
-
-    A moment begins where its first fetch began, and opens at the first work on the batch:
-    a span opened in between (a span of the program's own tracer around that work) is not
-    its parent, but what was current when the fetch began; nor is a span that has ended
-    (another tracer's context manager can leave one current). The ancestors of a span of
-    another tracer are found among the open spans, by id.
-    """
-    open_spans = rec.store.open if rec.store is not None else {}
-    while span is not None and (
-        not span.is_recording() or (start_ns is not None and _began_after(span, start_ns))
-    ):
-        above = getattr(span, "_parent_span", None)
-        if above is None:
-            context = getattr(span, "parent", None)
-            above = open_spans.get(context.span_id) if context is not None else None
-        span = above
-    return span
-
-
-def _began_after(span: Any, time_ns: int) -> bool:
-    if span is None:
-        return False
-    began = span._start_time if type(span) is ScopeSpan else getattr(span, "start_time", None)
-    return (began or 0) > time_ns
 
 
 def _split(rec: Recorder, current: TrainingState, parent: Span | None) -> bool:
@@ -209,7 +180,7 @@ def begin_step(
             and here._end_time is None
             and (start_ns is None or (here._start_time or 0) <= start_ns)
         ):
-            parent = _begun_by(rec, here, start_ns)
+            parent = open_at(here, start_ns)  # (the check above is its test, inline)
             if parent is not here:
                 if epoch is not None and epoch.opened[0].is_recording():
                     parent = epoch.opened[0]  # (what opened since its fetch is in the epoch)
