@@ -20,6 +20,7 @@ from . import (
     hot_path,
     inference,
     keras_fit,
+    long_runs,
     metrics,
     peers,
     process_costs,
@@ -63,6 +64,7 @@ def _run_each(quick: bool, only: list[str] | None = None) -> dict[str, list[Row]
         (metrics, ""),
         (inference, ""),  # its generate rows only where transformers is installed
         (collectives, "torch"),  # a collective span, a DDP bucket's
+        (long_runs, ""),  # a synthetic spool read back: bytes a step, each command's cost
         (peers, "TraceML / one-logger (bash scripts/peers-venvs.sh)"),  # the same MLP step
     ]
     names = [module.__name__.rpartition(".")[2] for module, _ in benchmarks]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import gzip
 import os
 import queue
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +161,18 @@ def run_script(
     )
 
 
+# Spool files, compressed (.json.gz, the default) or not (.json).
+SPOOL_FILES = "*-*.json*"
+
+
+def spool_text(name: Path) -> str:
+    """A spool file's OTLP/JSON text, gzip-compressed or not."""
+    data = name.read_bytes()
+    return (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode("utf-8")
+
+
 def spool_pids(path: Path) -> set[int]:
-    return {int(name.name.partition("-")[0]) for name in (path / "spool").glob("*-*.json")}
+    return {int(name.name.partition("-")[0]) for name in (path / "spool").glob(SPOOL_FILES)}
 
 
 def attribute(span: dict[str, Any], key: str) -> Any:
@@ -207,12 +219,12 @@ def duplicate_span_ids(root: Path) -> dict[str, list[str]]:
     import json
 
     found: dict[str, list[str]] = {}
-    for spool in {name.parent for name in root.rglob("spool/*-*.json")}:
+    for spool in {name.parent for name in root.rglob("spool/" + SPOOL_FILES)}:
         counts: collections.Counter[str] = collections.Counter()
-        for name in spool.glob("*-*.json"):
+        for name in spool.glob(SPOOL_FILES):
             try:
-                request = json.loads(name.read_text())
-            except (ValueError, OSError):
+                request = json.loads(spool_text(name))
+            except (ValueError, OSError, EOFError, zlib.error):
                 continue
             for resource_spans in request.get("resourceSpans", []):
                 for scope_spans in resource_spans.get("scopeSpans", []):

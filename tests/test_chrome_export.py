@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from cirron.exporters import spool_files
 from cirron.exporters.otlp_json import decode_request
 from cirron.offline import chrome
-from support import clean_environment
+from support import clean_environment, spool_text
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -125,7 +125,7 @@ def decoded_spans(directory: Path) -> list[Any]:
     """The run's spans as ``cirron`` reads them back from the spool."""
     spans = []
     for name in spool_files(str(directory / ".cirron")):
-        spans += decode_request(json.loads(Path(name).read_text()))
+        spans += decode_request(json.loads(spool_text(Path(name))))
     return spans
 
 
@@ -291,7 +291,7 @@ def test_the_same_pid_on_two_hosts_stays_two_processes(two_ranks, tmp_path):
     copy = tmp_path / "nodes"
     (copy / ".cirron" / "spool").mkdir(parents=True)
     for name in spool_files(str(two_ranks / ".cirron")):
-        request = json.loads(Path(name).read_text())
+        request = json.loads(spool_text(Path(name)))
         for resource_spans in request["resourceSpans"]:
             attributes = resource_spans["resource"]["attributes"]
             rank = next(a["value"]["intValue"] for a in attributes if a["key"] == "cirron.rank")

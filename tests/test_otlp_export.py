@@ -26,8 +26,10 @@ import cirron as ci
 
 try:
     from otlp_receiver import OtlpReceiver, parse_spans, parse_value
+    from support import spool_text
 except ImportError:  # tests/ collected as a package
     from tests.otlp_receiver import OtlpReceiver, parse_spans, parse_value
+    from tests.support import spool_text
 
 # The profiled training loop. argv: spool path, "nan" or "finite".
 TRAIN = r"""
@@ -429,11 +431,11 @@ def test_spool_files_are_otlp_json(nan_run):
     spool_dir = Path(nan_run["path"]) / "spool"
     names = sorted(os.listdir(spool_dir))
     assert len(names) >= 2, names  # ci.flush() mid-run, then the exit flush
-    assert all(re.fullmatch(rf"{nan_run['pid']}-\d+\.json", n) for n in names), names
+    assert all(re.fullmatch(rf"{nan_run['pid']}-\d+\.json\.gz", n) for n in names), names
 
     requests = []
     for name in names:
-        document = _strict_json((spool_dir / name).read_text(encoding="utf-8"))
+        document = _strict_json(spool_text(spool_dir / name))
         request = ExportTraceServiceRequest()
         # Strict: an unknown or misspelt key is an error.
         json_format.ParseDict(_hex_ids_to_base64(document), request)
@@ -513,8 +515,7 @@ def _replay(receiver: OtlpReceiver, path: str) -> list[tuple[str, int, bytes]]:
 
     answers = []
     for name in spool_files(path):
-        with open(name, "rb") as stream:
-            status, body = receiver.post_json(stream.read())
+        status, body = receiver.post_json(spool_text(Path(name)).encode())
         answers.append((os.path.basename(name), status, body))
     return answers
 

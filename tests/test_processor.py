@@ -168,7 +168,7 @@ def test_spool_files_are_named_by_pid_and_sequence_and_never_half_written():
             pass
         ci.flush()
     files = sorted(os.listdir(".cirron/spool"))
-    assert files == [f"{os.getpid()}-{n:06d}.json" for n in (1, 2, 3)]
+    assert files == [f"{os.getpid()}-{n:06d}.json.gz" for n in (1, 2, 3)]
     umask = os.umask(0)
     os.umask(umask)
     mode = stat.S_IMODE(os.stat(f".cirron/spool/{files[0]}").st_mode)

@@ -275,7 +275,7 @@ def test_an_existing_sdk_provider_is_reused_not_replaced(tmp_path):
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    assert len(list((tmp_path / ".cirron" / "spool").glob("*.json"))) >= 1
+    assert len(list((tmp_path / ".cirron" / "spool").glob("*.json.gz"))) >= 1
 
 
 def test_resource_attributes_from_the_environment(tmp_path):
@@ -300,7 +300,7 @@ def test_resource_attributes_from_the_environment(tmp_path):
             k: v for k, v in os.environ.items() if not k.startswith(("CIRRON_", "OTEL_"))
         }
         environment.update(env | extra)
-        for path in (tmp_path / ".cirron" / "spool").glob("*.json"):
+        for path in (tmp_path / ".cirron" / "spool").glob("*.json*"):
             path.unlink()
         subprocess.run(
             [sys.executable, str(script)], env=environment, cwd=tmp_path, check=True, timeout=60

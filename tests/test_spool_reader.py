@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cirron as ci
-from support import cirron, run_python
+from support import cirron, run_python, spool_text
 
 BIN = Path(sys.executable).parent
 GOOD = "100-000001.json"
@@ -56,7 +56,7 @@ def good_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def good(good_file) -> dict[str, Any]:
-    return json.loads(good_file.read_text())
+    return json.loads(spool_text(good_file))
 
 
 def new_spool(good_file: Path) -> tempfile.TemporaryDirectory[str]:

@@ -23,6 +23,7 @@ from .otel import environment as env
 _log = logging.getLogger("cirron")
 
 SNAPSHOT_MODES = ("stats", "sampled", "full")
+SPOOL_COMPRESSIONS = ("gzip", "none")
 SINK_NAMES = ("spool", "log", "stdout", "none")
 
 # ci.scope nesting deeper than this is not recorded (the user's code still runs).
@@ -66,6 +67,8 @@ class Settings:
     max_events: int = 10000
     epoch_steps: int = 1000  # optimizer steps per epoch when no DataLoader shows epochs
     spool_max_bytes: int | None = None  # None: the spool may grow until the disk is full
+    # Spool files gzip-compressed (.json.gz, about 9x smaller) or plain OTLP/JSON ("none").
+    spool_compression: str = "gzip"
     # Spans a run records before each later epoch starts a trace of its own (0: never).
     trace_split: int = 10000
     # (K, N): hook spans only for the first K steps of each epoch and every Nth after; None: all.
@@ -172,6 +175,28 @@ def _snapshots(name: str, value: Any) -> str:
             + closest(value, SNAPSHOT_MODES)
         )
     return value
+
+
+def _spool_compression(name: str, value: Any) -> str:
+    """``"gzip"`` or ``"none"``; True and False say the same."""
+    if isinstance(value, bool):
+        return "gzip" if value else "none"
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(SPOOL_COMPRESSIONS)}; got {value!r}")
+    text = value.strip().lower()
+    if text in _FALSE:
+        return "none"
+    if text not in SPOOL_COMPRESSIONS:
+        raise ValueError(
+            f"{name} must be one of {', '.join(SPOOL_COMPRESSIONS)}; got {value!r}"
+            + closest(text, SPOOL_COMPRESSIONS)
+        )
+    return text
+
+
+def resolve_spool_compression(value: Any) -> str:
+    """``spool_compression`` given to an exporter directly (a ``ValueError`` naming it)."""
+    return _spool_compression("spool_compression", value)
 
 
 def path_argument(name: str, value: Any) -> str:
@@ -309,6 +334,7 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "max_events": (_positive_int, env.CIRRON_MAX_EVENTS, int),
     "epoch_steps": (_positive_int, env.CIRRON_EPOCH_STEPS, int),
     "spool_max_bytes": (_positive_int, env.CIRRON_SPOOL_MAX_BYTES, int),
+    "spool_compression": (_spool_compression, env.CIRRON_SPOOL_COMPRESSION, str.strip),
     "trace_split": (_count, env.CIRRON_TRACE_SPLIT, int),
     "step_sampling": (_step_sampling, env.CIRRON_STEP_SAMPLING, str.strip),
     "metrics": (_flag, env.CIRRON_METRICS, _flag_text),

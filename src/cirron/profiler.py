@@ -90,9 +90,12 @@ class Profiler:
             settings.path,
             otlp,
             settings.spool_max_bytes,
+            settings.spool_compression,
         )
         if sinks is None:  # e.g. the gRPC exporter failed to import: keep the local sinks
-            sinks = exporters.build_sinks(output, settings.path, False, settings.spool_max_bytes)
+            sinks = exporters.build_sinks(
+                output, settings.path, False, settings.spool_max_bytes, settings.spool_compression
+            )
         self.workers = exporters.sink_workers(
             sinks, settings.path, max(1, settings.buffer_size // 2), health
         )

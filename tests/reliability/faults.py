@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from support import clean_environment
+from support import clean_environment, spool_text
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -192,7 +192,7 @@ def _strict_json(text: str) -> Any:
 def assert_spool_intact(path: Path, temporary_allowed: bool = False) -> int:
     """Every spool file under ``path`` is whole, strict OTLP/JSON; returns the span count.
 
-    A reader lists ``<pid>-<seq>.json``; anything else in the directory may only
+    A reader lists ``<pid>-<seq>.json.gz`` (``.json``); anything else in the directory may only
     be a temporary file of a write cut short by SIGKILL (``temporary_allowed``).
     """
     directory = path / "spool"
@@ -204,9 +204,12 @@ def assert_spool_intact(path: Path, temporary_allowed: bool = False) -> int:
         if name.startswith(".") and name.endswith(".tmp"):
             assert temporary_allowed, f"a temporary file was left behind: {name}"
             continue
-        pid, dash, sequence = name.removesuffix(".json").partition("-")
-        assert name.endswith(".json") and dash and pid.isdigit() and sequence.isdigit(), name
-        request = _strict_json(full.read_text(encoding="ascii"))
+        pid, dash, sequence = name.removesuffix(".gz").removesuffix(".json").partition("-")
+        assert name.endswith((".json", ".json.gz")), name
+        assert dash and pid.isdigit() and sequence.isdigit(), name
+        text = spool_text(full)
+        assert text.isascii(), name
+        request = _strict_json(text)
         for resource_spans in request["resourceSpans"]:
             for scope_spans in resource_spans["scopeSpans"]:
                 spans += len(scope_spans["spans"])

@@ -23,8 +23,12 @@ BATCHES = 100
 
 
 def trouble(tmp_path: Path, mode: str, **environment: str) -> tuple[dict, list[str], Path]:
-    """Run the script; returns (health after shutdown, warning lines, spool path)."""
+    """Run the script; returns (health after shutdown, warning lines, spool path).
+
+    The spool is written plain (``spool_compression="none"``): the limits below are sized to
+    its files (test_spool_compression checks the cap on compressed ones)."""
     path = tmp_path / "trace"
+    environment.setdefault("CIRRON_SPOOL_COMPRESSION", "none")
     result = run_script(
         SCRIPTS / "disk_trouble.py", str(path), mode,
         cwd=tmp_path, timeout=60, env=clean_environment(**environment),

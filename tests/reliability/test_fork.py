@@ -28,6 +28,7 @@ from support import (
     named,
     run_script,
     spool_pids,
+    spool_text,
     status,
     the_session,
 )
@@ -38,8 +39,8 @@ SCRIPTS = Path(__file__).parent / "scripts"
 def spans_of(spool: Path, pid: int) -> list[dict[str, Any]]:
     """The spans in the spool files of process ``pid``, with their resource."""
     spans = []
-    for name in sorted((spool / "spool").glob(f"{pid}-*.json")):
-        request = json.loads(name.read_text())
+    for name in sorted((spool / "spool").glob(f"{pid}-*.json*")):
+        request = json.loads(spool_text(name))
         for resource_spans in request["resourceSpans"]:
             resource = resource_spans["resource"]["attributes"]
             for scope_spans in resource_spans["scopeSpans"]:

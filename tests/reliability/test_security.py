@@ -24,7 +24,7 @@ from faults import SCRIPTS, ErrorServer, assert_spool_intact, run_steady
 
 import cirron as ci
 from cirron.otel.values import MAX_VALUE_LENGTH
-from support import run_python, run_script
+from support import SPOOL_FILES, run_python, run_script, spool_text
 
 # -- files: the user's umask, never world-writable ---------------------------------------
 
@@ -96,7 +96,7 @@ def test_otlp_headers_reach_the_backend_and_nowhere_else(tmp_path, status):
         "stderr": run.stderr,
         "log": log,
         "health": json.dumps(run.health) + json.dumps(run.trained),
-        "spool": "".join(p.read_text() for p in (run.path / "spool").glob("*.json")),
+        "spool": "".join(spool_text(p) for p in (run.path / "spool").glob(SPOOL_FILES)),
     }
     for place, text in places.items():
         for secret in (SECRET, API_KEY):

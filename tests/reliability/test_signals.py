@@ -239,7 +239,7 @@ def test_sigkill_loses_at_most_the_spans_of_the_last_flush_interval(tmp_path, fi
     arguments = ["--seconds", "60", "--flush-interval", str(interval), "--report-every", "0.02"]
     with Script(SCRIPTS / "steady_train.py", str(path), *arguments, cwd=tmp_path) as script:
         deadline = time.monotonic() + 30
-        while len(list((path / "spool").glob("*.json"))) < 6:  # six flushes, then the kill
+        while len(list((path / "spool").glob("*.json.gz"))) < 6:  # six flushes, then the kill
             assert time.monotonic() < deadline and script.process.poll() is None, script.err
             time.sleep(0.01)
         killed_at = time.monotonic()

@@ -56,7 +56,8 @@ class Output:
     """One place spans can go: the exporter it gets, and how its sink worker treats it."""
 
     exporter: type[SpanExporter] | None  # None: built by the OTLP factory
-    build: Callable[[str, int | None], SpanExporter]  # (path, spool_max_bytes) -> exporter
+    # (path, spool_max_bytes, spool_compression) -> exporter
+    build: Callable[[str, int | None, str], SpanExporter]
     # Seconds a full queue is waited for: local sinks only behind a burst are waited for, the
     # network never is.
     wait_for_room: float
@@ -64,10 +65,10 @@ class Output:
 
 # Per output name (ci.profile(output=...), and "otlp" when an endpoint is configured).
 OUTPUTS: dict[str, Output] = {
-    "spool": Output(SpoolExporter, lambda path, cap: SpoolExporter(path, cap), 1.0),
-    "log": Output(LogExporter, lambda path, cap: LogExporter(), 1.0),
-    "stdout": Output(StdoutExporter, lambda path, cap: StdoutExporter(), 1.0),
-    "otlp": Output(None, lambda path, cap: otlp_exporter(), 0.0),
+    "spool": Output(SpoolExporter, SpoolExporter, 1.0),
+    "log": Output(LogExporter, lambda path, cap, compression: LogExporter(), 1.0),
+    "stdout": Output(StdoutExporter, lambda path, cap, compression: StdoutExporter(), 1.0),
+    "otlp": Output(None, lambda path, cap, compression: otlp_exporter(), 0.0),
 }
 
 
@@ -82,13 +83,17 @@ def sinks_of(exporters: list[SpanExporter]) -> set[str]:
 
 
 def build_sinks(
-    output: tuple[str, ...], path: str, otlp: bool, spool_max_bytes: int | None = None
+    output: tuple[str, ...],
+    path: str,
+    otlp: bool,
+    spool_max_bytes: int | None = None,
+    spool_compression: str = "gzip",
 ) -> dict[str, SpanExporter]:
     """Exporters by sink name, for validated ``output`` names (``none`` removed)."""
     names = [name for name in output if name in OUTPUTS and name != "otlp"]
-    sinks = {name: OUTPUTS[name].build(path, spool_max_bytes) for name in names}
+    sinks = {name: OUTPUTS[name].build(path, spool_max_bytes, spool_compression) for name in names}
     if otlp:
-        sinks["otlp"] = OUTPUTS["otlp"].build(path, spool_max_bytes)
+        sinks["otlp"] = OUTPUTS["otlp"].build(path, spool_max_bytes, spool_compression)
     return sinks
 
 

@@ -224,7 +224,10 @@ def _scope_json(scope: Any) -> str:
 
 
 def encode_request(spans: Sequence[Any]) -> str:
-    """An ``ExportTraceServiceRequest`` as OTLP/JSON text, spans grouped by resource and scope."""
+    """An ``ExportTraceServiceRequest`` as OTLP/JSON text, spans grouped by resource and scope.
+
+    Each span is a line of its own; the resource and scope before a scope's spans are one line.
+    """
     encoder = _Encoder()
     by_resource: dict[int, tuple[Any, dict[Any, list[str]]]] = {}
     for span in spans:
@@ -241,8 +244,10 @@ def encode_request(spans: Sequence[Any]) -> str:
         encoded.append(encoder.span(span))
     resource_spans = []
     for resource, scopes in by_resource.values():
+        # A span a line (JSON allows the breaks; every string is escaped, so a value never
+        # holds one): a file cut short still gives its whole lines (spool_reader.salvage).
         scope_spans = ",".join(
-            "{" + _scope_json(scope) + '"spans":[' + ",".join(encoded) + "]}"
+            "{" + _scope_json(scope) + '"spans":[\n' + ",\n".join(encoded) + "\n]}"
             for scope, encoded in scopes.items()
         )
         schema = (

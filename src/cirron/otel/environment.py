@@ -48,6 +48,7 @@ CIRRON_EPOCH_STEPS = "CIRRON_EPOCH_STEPS"  # optimizer steps per epoch without a
 CIRRON_TRACE_SPLIT = "CIRRON_TRACE_SPLIT"  # spans before each later epoch is a trace of its own
 CIRRON_STEP_SAMPLING = "CIRRON_STEP_SAMPLING"  # "K,N": hook spans for K steps, then every Nth
 CIRRON_SPOOL_MAX_BYTES = "CIRRON_SPOOL_MAX_BYTES"  # bytes of spool files one process may write
+CIRRON_SPOOL_COMPRESSION = "CIRRON_SPOOL_COMPRESSION"  # gzip (default) or none
 CIRRON_METRICS = "CIRRON_METRICS"  # true / false: OpenTelemetry metrics from the spans
 CIRRON_METRICS_INTERVAL = "CIRRON_METRICS_INTERVAL"  # seconds between system samples
 # Seconds between steps that carry their CPU time and memory (0: every step).

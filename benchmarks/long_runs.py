@@ -1,0 +1,244 @@
+"""Long runs: what a step costs on disk, and what reading a run of N steps costs.
+
+A synthetic spool is written directly (not by training, so a million steps take seconds): the
+spans a plain torch loop records, as cirron's spool holds them. Each step is a ``step`` span
+with a ``loss`` mark and four children (``data_load``, ``forward``, ``backward``,
+``optimizer_step``); epochs of 1,000 steps under one ``cirron.session``; a flush file per
+2,000 steps; every 997th step five times slower (what the findings and charts must keep).
+With ``ranks`` > 1, each rank is a process of one run (a run id, a rank each).
+
+Each command runs in a subprocess of its own (``cirron runs``, ``show --diagnose``,
+``report``, ``export --format chrome``), timed, with its peak resident memory (the
+child's ``ru_maxrss``). The spool is written twice, compressed (the default) and plain
+(``spool_compression="none"``, the format before it), and every command reads both: the
+plain spool is the baseline row.
+
+``python -m benchmarks.long_runs [--steps 10000,100000] [--ranks 1] [--timeout 600]``
+prints the table; ``python -m benchmarks --only long_runs`` gives the 10k rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+from .table import Row
+
+STEPS_PER_EPOCH = 1000
+STEPS_PER_FILE = 2000
+STEP_NS = 2_000_000  # a 2 ms step
+SLOW_EVERY = 997  # each such step takes five times as long
+COMMANDS = {
+    "runs": ["runs"],
+    "show --diagnose": ["show", "--diagnose"],
+    "report": ["report", "-o", "{out}/report.html"],
+    "export chrome": ["export", "--format", "chrome", "-o", "{out}/trace.json"],
+}
+BIN = Path(sys.executable).parent
+
+
+# -- the synthetic spool ---------------------------------------------------------------------
+def _attributes(pairs: dict[str, object]) -> str:
+    out = []
+    for key, value in pairs.items():
+        if isinstance(value, str):
+            encoded = f'{{"stringValue":"{value}"}}'
+        elif isinstance(value, float):
+            encoded = f'{{"doubleValue":{value!r}}}'
+        elif isinstance(value, list):
+            items = ",".join(f'{{"stringValue":"{item}"}}' for item in value)
+            encoded = f'{{"arrayValue":{{"values":[{items}]}}}}'
+        else:
+            encoded = f'{{"intValue":"{value}"}}'
+        out.append(f'{{"key":"{key}","value":{encoded}}}')
+    return "[" + ",".join(out) + "]"
+
+
+class _Process:
+    """One process's spans, written a file per flush as cirron's spool has them."""
+
+    def __init__(self, folder: Path, pid: int, rank: int | None, run_id: str, gzip: bool):
+        self.folder, self.pid, self.gzip = folder, pid, gzip
+        self.random = random.Random(pid)
+        self.trace = f"{self.random.getrandbits(128):032x}"
+        resource = {
+            "telemetry.sdk.language": "python",
+            "service.name": "train",
+            "service.instance.id": f"instance-{pid}",
+            "host.name": "bench",
+            "process.pid": pid,
+        }
+        if rank is not None:
+            resource |= {"cirron.rank": rank, "cirron.world_size": 0, "cirron.run_id": run_id}
+        self.head = (
+            '{"resourceSpans":[{"resource":{"attributes":'
+            + _attributes(resource)
+            + '},"scopeSpans":[{"scope":{"name":"cirron","version":"0.1.0"},"spans":[\n'
+        )
+        self.lines: list[str] = []
+        self.sequence = 0
+        self.bytes = 0
+
+    def new_id(self) -> str:
+        return f"{self.random.getrandbits(64):016x}"
+
+    def span(self, span_id: str, parent: str | None, name: str, start: int, end: int,
+             attributes: str = "[]", events: str = "") -> None:  # fmt: skip
+        parent_field = f',"parentSpanId":"{parent}"' if parent else ""
+        self.lines.append(
+            f'{{"traceId":"{self.trace}","spanId":"{span_id}"{parent_field},"name":"{name}",'
+            f'"kind":1,"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
+            f'"attributes":{attributes},"flags":257{events}}}'
+        )
+
+    def flush(self) -> None:
+        if not self.lines:
+            return
+        self.sequence += 1
+        data = (self.head + ",\n".join(self.lines) + "\n]}]}]}").encode("ascii")
+        self.lines = []
+        suffix = ".json"
+        if self.gzip:
+            deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
+            data, suffix = deflate.compress(data) + deflate.flush(), ".json.gz"
+        (self.folder / f"{self.pid}-{self.sequence:06d}{suffix}").write_bytes(data)
+        self.bytes += len(data)
+
+
+def write_spool(path: Path, steps: int, ranks: int = 1, gzip: bool = True) -> int:
+    """A cirron directory at ``path`` holding a run of ``steps`` steps a rank; its bytes."""
+    folder = path / "spool"
+    folder.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for rank in range(ranks):
+        process = _Process(folder, 1000 + rank, rank if ranks > 1 else None, "bench-run", gzip)
+        total += _write_process(process, steps, rank)
+    return total
+
+
+def _write_process(process: _Process, steps: int, rank: int) -> int:
+    start = 1_700_000_000_000_000_000
+    session = process.new_id()
+    now = start + 1_000_000
+    epoch_id, epoch_start, epoch_index = "", 0, 0
+    for step in range(steps):
+        if step % STEPS_PER_EPOCH == 0:
+            epoch_id, epoch_start = process.new_id(), now
+        took = STEP_NS * (5 if step % SLOW_EVERY == SLOW_EVERY - 1 else 1) + rank * 1000
+        step_id = process.new_id()
+        parts = (("data_load", 0.1), ("forward", 0.3), ("backward", 0.35), ("optimizer_step", 0.1))
+        at = now
+        for name, share in parts:
+            took_part = int(took * share)
+            process.span(process.new_id(), step_id, name, at, at + took_part)
+            at += took_part
+        loss = 2.0 / (1 + step / 1000) + process.random.random() * 0.01
+        event = (
+            f',"events":[{{"timeUnixNano":"{now + took - 1000}","name":"loss",'
+            f'"attributes":[{{"key":"value","value":{{"doubleValue":{loss!r}}}}}]}}]'
+        )
+        process.span(
+            step_id, epoch_id, "step", now, now + took, _attributes({"index": step}), event
+        )
+        now += took
+        if step % STEPS_PER_EPOCH == STEPS_PER_EPOCH - 1 or step == steps - 1:
+            index = _attributes({"index": epoch_index})
+            process.span(epoch_id, session, "epoch", epoch_start, now, index)
+            epoch_index += 1
+        if step % STEPS_PER_FILE == STEPS_PER_FILE - 1:
+            process.flush()
+    session_attributes = _attributes(
+        {"framework": ["torch"], "device": "cpu", "cuda_count": 0, "mixed_precision": 0}
+    )
+    process.span(session, None, "cirron.session", start, now + 1_000_000, session_attributes)
+    process.flush()
+    return process.bytes
+
+
+# -- the commands ----------------------------------------------------------------------------
+def measure(command: list[str], path: Path, out: Path, timeout: float) -> tuple[float, float]:
+    """(seconds, peak resident MB) of ``cirron COMMAND PATH``; (nan, nan) past ``timeout``."""
+    arguments = [str(BIN / "cirron"), command[0], str(path)] + [
+        part.format(out=out) for part in command[1:]
+    ]
+    started = time.perf_counter()
+    process = subprocess.Popen(arguments, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = started + timeout
+    while True:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            process.kill()
+            os.wait4(process.pid, 0)
+            return float("nan"), float("nan")
+        time.sleep(0.01)
+    took = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        error = process.stderr.read().decode() if process.stderr else ""
+        raise RuntimeError(f"cirron {' '.join(command)} failed: {error[-2000:]}")
+    return took, usage.ru_maxrss / 1024
+
+
+def measure_run(steps: int, ranks: int, timeout: float) -> dict[str, dict[str, float]]:
+    """Per spool kind (``compressed``, ``plain``): bytes a step, and each command's seconds
+    and peak MB."""
+    figures: dict[str, dict[str, float]] = {}
+    for kind in ("compressed", "plain"):
+        folder = Path(tempfile.mkdtemp(prefix=f"cirron-long-{kind}-"))
+        try:
+            path = folder / ".cirron"
+            written = write_spool(path, steps, ranks, gzip=kind == "compressed")
+            found = {"bytes a step": written / (steps * ranks)}
+            for name, command in COMMANDS.items():
+                seconds, peak = measure(command, path, folder, timeout)
+                found[f"{name} s"], found[f"{name} MB"] = seconds, peak
+            figures[kind] = found
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return figures
+
+
+def rows(steps: int, ranks: int, timeout: float) -> list[Row]:
+    figures = measure_run(steps, ranks, timeout)
+    ours, plain = figures["compressed"], figures["plain"]
+    what = f"{steps:,} steps" + (f" x {ranks} ranks" if ranks > 1 else "")
+    out = [Row(f"{what}: spool bytes a step", ours["bytes a step"], "plain spool",
+               plain["bytes a step"], unit="B")]  # fmt: skip
+    for name in COMMANDS:
+        out.append(Row(f"{what}: {name}", ours[f"{name} s"], "plain spool",
+                       plain[f"{name} s"], unit="s"))  # fmt: skip
+        out.append(Row(f"{what}: {name}, peak", ours[f"{name} MB"], "plain spool",
+                       plain[f"{name} MB"], unit="MB"))  # fmt: skip
+    return out
+
+
+def run(quick: bool = False) -> list[Row]:
+    """The benchmark table's rows: a 10,000-step run (2,000 with ``quick``)."""
+    return rows(2000 if quick else 10_000, 1, timeout=600)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .table import print_table
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.long_runs")
+    parser.add_argument("--steps", default="10000,100000", help="comma-separated step counts")
+    parser.add_argument("--ranks", type=int, default=1, help="processes of the run")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a command may take")
+    arguments = parser.parse_args(argv)
+    found: list[Row] = []
+    for steps in (int(text) for text in arguments.steps.split(",")):
+        found += rows(steps, arguments.ranks, arguments.timeout)
+    print_table(found, "reference")
+
+
+if __name__ == "__main__":
+    main()
