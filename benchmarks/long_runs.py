@@ -10,8 +10,8 @@ With ``ranks`` > 1, each rank is a process of one run (a run id, a rank each).
 Each command runs in a subprocess of its own (``cirron runs``, ``show --diagnose``,
 ``report``, ``export --format chrome``), timed, with its peak resident memory (the
 child's ``ru_maxrss``). The spool is written twice, compressed (the default) and plain
-(``spool_compression="none"``, the format before it), and every command reads both: the
-plain spool is the baseline row.
+(``spool_compression="none"``, and no index: the format before them), and every command
+reads both: the plain spool is the baseline row.
 
 ``python -m benchmarks.long_runs [--steps 10000,100000] [--ranks 1] [--timeout 600]``
 prints the table; ``python -m benchmarks --only long_runs`` gives the 10k rows.
@@ -20,6 +20,7 @@ prints the table; ``python -m benchmarks --only long_runs`` gives the 10k rows.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -69,7 +70,7 @@ class _Process:
         self.folder, self.pid, self.gzip = folder, pid, gzip
         self.random = random.Random(pid)
         self.trace = f"{self.random.getrandbits(128):032x}"
-        resource = {
+        resource: dict[str, object] = {
             "telemetry.sdk.language": "python",
             "service.name": "train",
             "service.instance.id": f"instance-{pid}",
@@ -83,9 +84,14 @@ class _Process:
             + _attributes(resource)
             + '},"scopeSpans":[{"scope":{"name":"cirron","version":"0.1.0"},"spans":[\n'
         )
+        self.resource = resource
         self.lines: list[str] = []
         self.sequence = 0
         self.bytes = 0
+        self.steps = 0  # of the file being written
+        self.start: int | None = None
+        self.end = 0
+        self.sessions: list[dict[str, object]] = []
 
     def new_id(self) -> str:
         return f"{self.random.getrandbits(64):016x}"
@@ -93,6 +99,11 @@ class _Process:
     def span(self, span_id: str, parent: str | None, name: str, start: int, end: int,
              attributes: str = "[]", events: str = "") -> None:  # fmt: skip
         parent_field = f',"parentSpanId":"{parent}"' if parent else ""
+        self.steps += name == "step"
+        self.start = start if self.start is None else min(self.start, start)
+        self.end = max(self.end, end)
+        if name == "cirron.session":
+            self.sessions.append({"start": start, "trace": self.trace, "frameworks": ["torch"]})
         self.lines.append(
             f'{{"traceId":"{self.trace}","spanId":"{span_id}"{parent_field},"name":"{name}",'
             f'"kind":1,"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
@@ -104,13 +115,29 @@ class _Process:
             return
         self.sequence += 1
         data = (self.head + ",\n".join(self.lines) + "\n]}]}]}").encode("ascii")
-        self.lines = []
+        spans, self.lines = len(self.lines), []
         suffix = ".json"
         if self.gzip:
             deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
             data, suffix = deflate.compress(data) + deflate.flush(), ".json.gz"
-        (self.folder / f"{self.pid}-{self.sequence:06d}{suffix}").write_bytes(data)
+        name = f"{self.pid}-{self.sequence:06d}{suffix}"
+        (self.folder / name).write_bytes(data)
         self.bytes += len(data)
+        if self.gzip:  # cirron writes the spool's index with it (the plain spool: as before)
+            self._index(name, spans)
+        self.steps, self.start, self.end, self.sessions = 0, None, 0, []
+
+    def _index(self, name: str, spans: int) -> None:
+        """The file's line in the spool's index, as cirron's spool exporter writes it."""
+        line = {
+            "v": 1, "file": name, "spans": spans, "steps": self.steps, "batches": 0,
+            "errors": 0, "start": self.start, "end": self.end, "first": [self.start, self.trace],
+            "sessions": self.sessions, "resource": self.resource,
+        }  # fmt: skip
+        index = self.folder.parent / "index"
+        index.mkdir(exist_ok=True)
+        with open(index / f"{self.pid}.jsonl", "a") as stream:
+            stream.write(json.dumps(line, separators=(",", ":")) + "\n")
 
 
 def write_spool(path: Path, steps: int, ranks: int = 1, gzip: bool = True) -> int:

@@ -32,6 +32,7 @@ from .. import config
 from . import files, spool_reader
 from .otlp_json import encode_request
 from .sinks import PartialExport
+from .spool_index import IndexWriter
 
 _log = logging.getLogger("cirron")
 
@@ -53,6 +54,7 @@ class SpoolExporter(SpanExporter):
         self.files_written = 0
         self.full = False  # the cap was reached: nothing more is written
         self._sequence = 0
+        self.index = IndexWriter(path)  # a line per file, so listing runs reads no span
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
@@ -60,11 +62,13 @@ class SpoolExporter(SpanExporter):
         written = 0
         if not self.full:
             data = self._encode(spans)
+            kept = spans
             if self.max_bytes is not None and self.bytes_written + len(data) > self.max_bytes:
                 self.full = True
                 written, data = self._what_fits(spans)
+                kept = spans[:written]
             if data:
-                self._write(data)
+                self.index.append(self._write(data), kept)
         if self.full:  # the sink's worker counts the rest as dropped, and warns once
             raise SpoolFull(
                 written,
@@ -95,7 +99,7 @@ class SpoolExporter(SpanExporter):
             return _gzip(data)
         return data
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes) -> str:
         files.make_directory(self.directory)
         pid = os.getpid()
         while True:  # never replace a file: an earlier profiler of this process, or an
@@ -106,6 +110,7 @@ class SpoolExporter(SpanExporter):
         files.write_whole(final, data)
         self.bytes_written += len(data)
         self.files_written += 1
+        return final
 
     def shutdown(self) -> None:
         return None

@@ -39,7 +39,17 @@ from ..exporters.ledger import Ledger
 from ..exporters.lines import format_duration
 from ..otel import semconv
 from ..otel.version import __version__
-from . import chrome, compare, findings, rank_findings, ranks, readback, replay, runs
+from . import (
+    chrome,
+    compare,
+    findings,
+    rank_findings,
+    ranks,
+    readback,
+    replay,
+    run_index,
+    runs,
+)
 
 RUN_HELP = (
     "which run: N (1 the oldest, -1 the latest, as `cirron runs` numbers them), "
@@ -162,7 +172,11 @@ HEADING = (
 
 
 def list_runs(arguments: argparse.Namespace) -> int:
-    every = runs.runs_of(_spans(arguments.path))
+    """One line a run, from the spool's index (the files it has no line for are read)."""
+    _files(arguments.path)  # a missing or empty spool is an error
+    every = run_index.listed_runs(
+        arguments.path, lambda problem: print(f"cirron: {problem}", file=sys.stderr)
+    )
     print(HEADING)
     for number, run in enumerate(every, 1):
         start = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.start_ns / 1e9))

@@ -13,7 +13,7 @@ rank that restarted under the same run id joins its run.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,17 +68,22 @@ class Run:
 
 
 def process_key(resource: Any) -> tuple[Any, ...]:
-    attributes = resource.attributes
+    return process_key_of(resource.attributes)
+
+
+def process_key_of(attributes: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What tells a process apart, from its resource's attributes."""
     instance = attributes.get(semconv.SERVICE_INSTANCE_ID)
     if instance is not None:
         return ("instance", instance)
     return ("pid", attributes.get(semconv.HOST_NAME), attributes.get(semconv.PROCESS_PID))
 
 
-def _label(resource: Any) -> tuple[str, int | None]:
-    attributes = resource.attributes
+def label_of(attributes: Mapping[str, Any]) -> tuple[str, int | None]:
+    """A process's label (``rank 0``, else ``pid 1234``) and rank, from its resource's
+    attributes."""
     rank = attributes.get(semconv.RANK)
-    if isinstance(rank, int):
+    if isinstance(rank, int) and not isinstance(rank, bool):
         return f"rank {rank}", rank
     return f"pid {attributes.get(semconv.PROCESS_PID, '?')}", None
 
@@ -98,7 +103,7 @@ def runs_of(spans: Sequence[Any]) -> list[Run]:
             run_id = format(first.context.trace_id, "032x")
         run = runs.setdefault(str(run_id), Run(str(run_id)))
         run.spans += mine
-        label, rank = _label(resource)
+        label, rank = label_of(resource.attributes)
         run.processes.append(Process(label, rank, mine))
     for run in runs.values():
         run.processes.sort(key=lambda p: (p.rank is None, p.rank or 0, p.label))

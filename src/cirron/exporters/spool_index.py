@@ -1,0 +1,178 @@
+"""The index of the spool: a line per spool file, written as the run goes.
+
+``<path>/index/<pid>.jsonl`` holds, for each spool file that process wrote, what a listing
+of runs needs without reading a span: the file, the process (its resource), how many spans,
+steps, batches and errors it holds, when they start and end, and the sessions among them.
+The spool exporter appends a line after each file it writes, on the sink's thread; a line
+is one ``write`` (``O_APPEND``), so a process killed while writing leaves at most one line
+cut short, which a reader passes over. The index only saves reading: a spool file with no
+line (a spool from before the index, a line lost to a crash, a file named on its own) is
+read, and summarized the same way (:func:`summarize`).
+
+A line (JSON, keys in this order)::
+
+    {"v": 1, "file": "123-000004.json.gz", "spans": 5003, "steps": 1000, "batches": 0,
+     "errors": 0, "start": 1795..., "end": 1795..., "first": [1795..., "<trace id>"],
+     "sessions": [{"start": 1795..., "trace": "<trace id>", "frameworks": ["torch"]}],
+     "resource": {"service.name": "train", "process.pid": 123, ...}}
+
+``first`` is the earliest span's start and trace id (a run with no run id is named by its
+session's trace, else that one's). A batch of spans of several resources has a line for each.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from ..otel import semconv
+from . import files
+
+_log = logging.getLogger("cirron")
+
+FOLDER = "index"
+VERSION = 1
+_ERROR = 2  # StatusCode.ERROR's value
+
+
+def summarize(name: str, spans: Iterable[Any]) -> list[dict[str, Any]]:
+    """The index lines of the spool file ``name`` holding ``spans`` (SDK spans, as written
+    or as read back): one per resource, in the order first seen."""
+    by_resource: dict[int, tuple[Any, list[Any]]] = {}
+    for span in spans:
+        resource = span.resource
+        entry = by_resource.get(id(resource))
+        if entry is None:
+            entry = by_resource[id(resource)] = (resource, [])
+        entry[1].append(span)
+    return [_line(name, resource, mine) for resource, mine in by_resource.values()]
+
+
+def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
+    steps = batches = errors = 0
+    start = end = None
+    first: Any = None
+    sessions = []
+    for span in spans:
+        span_name = span.name
+        if span_name == semconv.STEP:
+            steps += 1
+        elif span_name == semconv.BATCH:
+            batches += 1
+        elif span_name == semconv.SESSION:
+            sessions.append(
+                {
+                    "start": span.start_time,
+                    "trace": format(span.get_span_context().trace_id, "032x"),
+                    "frameworks": [str(f) for f in (span.attributes or {}).get("framework") or ()],
+                }
+            )
+        if span.status.status_code.value == _ERROR:
+            errors += 1
+        began = span.start_time
+        if start is None or began < start:
+            start, first = began, span
+        ended = span.end_time if span.end_time is not None else began
+        if end is None or ended > end:
+            end = ended
+    return {
+        "v": VERSION,
+        "file": name,
+        "spans": len(spans),
+        "steps": steps,
+        "batches": batches,
+        "errors": errors,
+        "start": start,
+        "end": end,
+        "first": [start, format(first.get_span_context().trace_id, "032x")] if first else None,
+        "sessions": sessions,
+        "resource": {key: _plain(value) for key, value in resource.attributes.items()},
+    }
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+class IndexWriter:
+    """Appends the lines of one process's spool files to ``<path>/index/<pid>.jsonl``."""
+
+    def __init__(self, path: str) -> None:
+        self.directory = os.path.join(path, FOLDER)
+        self.failed = False  # said once; the spool goes on without its index
+
+    def append(self, file: str, spans: Sequence[Any]) -> None:
+        if self.failed:
+            return
+        try:
+            lines = summarize(os.path.basename(file), spans)
+            text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+            files.make_directory(self.directory)
+            name = os.path.join(self.directory, f"{os.getpid()}.jsonl")
+            handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, files.FILE_MODE)
+            try:
+                os.write(handle, text.encode("utf-8", "surrogatepass"))
+            finally:
+                os.close(handle)
+        except Exception as error:  # the spans are on disk; only the index is behind
+            self.failed = True
+            _log.warning(
+                "cirron: cannot write the spool's index in %s (%s); the spool is written as "
+                "before, and reading it back reads every file",
+                self.directory,
+                error,
+            )
+
+
+def read_index(directory: str) -> dict[str, list[dict[str, Any]]]:
+    """The index lines under the cirron directory ``directory``, by spool file name; a line
+    that does not read (cut short by a crash, damaged) is passed over."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for line in _lines(os.path.join(directory, FOLDER)):
+        found.setdefault(line["file"], []).append(line)
+    return found
+
+
+def _lines(folder: str) -> Iterator[dict[str, Any]]:
+    try:
+        names = sorted(entry for entry in os.listdir(folder) if entry.endswith(".jsonl"))
+    except OSError:
+        return
+    for entry in names:
+        try:
+            with open(os.path.join(folder, entry), "rb") as stream:
+                data = stream.read()
+        except OSError:
+            continue
+        for raw in data.split(b"\n"):
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            if _well_formed(line):
+                yield line
+
+
+_FIELDS = {
+    "file": str,
+    "spans": int,
+    "steps": int,
+    "batches": int,
+    "errors": int,
+    "start": int,
+    "end": int,
+    "sessions": list,
+    "resource": dict,
+}
+
+
+def _well_formed(line: Any) -> bool:
+    return (
+        isinstance(line, dict)
+        and line.get("v") == VERSION
+        and all(isinstance(line.get(key), kind) for key, kind in _FIELDS.items())
+        and all(isinstance(session, dict) for session in line["sessions"])
+    )
