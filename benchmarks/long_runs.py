@@ -30,6 +30,9 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
+from typing import Any
+
+from cirron.exporters import spool_index, step_rows
 
 from .table import Row
 
@@ -47,6 +50,11 @@ BIN = Path(sys.executable).parent
 
 
 # -- the synthetic spool ---------------------------------------------------------------------
+def _no_rows() -> dict[str, list[Any]]:
+    return {key: [] for key in ("id", "parent", "kind", "index", "start", "wall", "status",
+                                "waits", *step_rows.PARTS)}  # fmt: skip
+
+
 def _attributes(pairs: dict[str, object]) -> str:
     out = []
     for key, value in pairs.items():
@@ -92,6 +100,9 @@ class _Process:
         self.start: int | None = None
         self.end = 0
         self.sessions: list[dict[str, object]] = []
+        self.names: dict[str, int] = {}
+        self.rows: dict[str, list[Any]] = _no_rows()
+        self.losses: list[list[Any]] = []
 
     def new_id(self) -> str:
         return f"{self.random.getrandbits(64):016x}"
@@ -100,6 +111,7 @@ class _Process:
              attributes: str = "[]", events: str = "") -> None:  # fmt: skip
         parent_field = f',"parentSpanId":"{parent}"' if parent else ""
         self.steps += name == "step"
+        self.names[name] = self.names.get(name, 0) + 1
         self.start = start if self.start is None else min(self.start, start)
         self.end = max(self.end, end)
         if name == "cirron.session":
@@ -125,17 +137,38 @@ class _Process:
         self.bytes += len(data)
         if self.gzip:  # cirron writes the spool's index with it (the plain spool: as before)
             self._index(name, spans)
-        self.steps, self.start, self.end, self.sessions = 0, None, 0, []
+        self.steps, self.start, self.end, self.sessions, self.names = 0, None, 0, [], {}
+        self.rows, self.losses = _no_rows(), []
+
+    def row(self, step: str, parent: str, index: int, start: int, wall: int, parts: list[int],
+            loss: float, loss_at: int) -> None:  # fmt: skip
+        """A step's row in the index, as cirron's spool exporter folds it from the spans."""
+        self.losses.append([len(self.rows["id"]), loss, loss_at])
+        for key, value in (("id", step), ("parent", parent), ("kind", 0), ("index", index),
+                           ("start", start), ("wall", wall), ("status", 0), ("waits", 1),
+                           *zip(step_rows.PARTS, parts, strict=True)):  # fmt: skip
+            self.rows[key].append(value)
 
     def _index(self, name: str, spans: int) -> None:
-        """The file's line in the spool's index, as cirron's spool exporter writes it."""
+        """The file's line in the spool's index and its steps' rows, as cirron's spool
+        exporter writes them."""
         line = {
             "v": 1, "file": name, "spans": spans, "steps": self.steps, "batches": 0,
             "errors": 0, "start": self.start, "end": self.end, "first": [self.start, self.trace],
-            "sessions": self.sessions, "resource": self.resource,
+            "sessions": self.sessions, "names": self.names, "resource": self.resource,
         }  # fmt: skip
         index = self.folder.parent / "index"
         index.mkdir(exist_ok=True)
+        if self.rows["id"]:
+            rows = {
+                "v": 1, "file": name, "resource": self.resource,
+                "rows": step_rows.pack_rows(self.rows), "attributes": {},
+                "marks": {"loss": step_rows.pack(self.losses, self.rows)},
+            }  # fmt: skip
+            deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
+            member = json.dumps(rows, separators=(",", ":")).encode() + b"\n"
+            with open(index / f"{self.pid}{spool_index.STEPS_SUFFIX}", "ab") as stream:
+                stream.write(deflate.compress(member) + deflate.flush())
         with open(index / f"{self.pid}.jsonl", "a") as stream:
             stream.write(json.dumps(line, separators=(",", ":")) + "\n")
 
@@ -175,6 +208,8 @@ def _write_process(process: _Process, steps: int, rank: int) -> int:
         process.span(
             step_id, epoch_id, "step", now, now + took, _attributes({"index": step}), event
         )
+        timed = [int(took * share) for _name, share in parts]
+        process.row(step_id, epoch_id, step, now, took, timed, loss, now + took - 1000)
         now += took
         if step % STEPS_PER_EPOCH == STEPS_PER_EPOCH - 1 or step == steps - 1:
             index = _attributes({"index": epoch_index})

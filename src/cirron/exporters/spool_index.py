@@ -14,6 +14,7 @@ A line (JSON, keys in this order)::
     {"v": 1, "file": "123-000004.json.gz", "spans": 5003, "steps": 1000, "batches": 0,
      "errors": 0, "start": 1795..., "end": 1795..., "first": [1795..., "<trace id>"],
      "sessions": [{"start": 1795..., "trace": "<trace id>", "frameworks": ["torch"]}],
+     "names": {"step": 1000, "forward": 1000, ...},
      "resource": {"service.name": "train", "process.pid": 123, ...}}
 
 ``first`` is the earliest span's start and trace id (a run with no run id is named by its
@@ -25,16 +26,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..otel import semconv
 from . import files
+from .step_rows import StepFold
 
 _log = logging.getLogger("cirron")
 
 FOLDER = "index"
 VERSION = 1
+STEPS_SUFFIX = ".steps.jsonl.gz"  # beside <pid>.jsonl: the rows of its steps (step_rows)
 _ERROR = 2  # StatusCode.ERROR's value
 
 
@@ -56,8 +60,10 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
     start = end = None
     first: Any = None
     sessions = []
+    names: dict[str, int] = {}
     for span in spans:
         span_name = span.name
+        names[span_name] = names.get(span_name, 0) + 1
         if span_name == semconv.STEP:
             steps += 1
         elif span_name == semconv.BATCH:
@@ -89,6 +95,7 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
         "end": end,
         "first": [start, format(first.get_span_context().trace_id, "032x")] if first else None,
         "sessions": sessions,
+        "names": names,
         "resource": {key: _plain(value) for key, value in resource.attributes.items()},
     }
 
@@ -98,25 +105,29 @@ def _plain(value: Any) -> Any:
 
 
 class IndexWriter:
-    """Appends the lines of one process's spool files to ``<path>/index/<pid>.jsonl``."""
+    """Appends the lines of one process's spool files to ``<path>/index/<pid>.jsonl``, and
+    their steps' rows to ``<pid>.steps.jsonl.gz``."""
 
     def __init__(self, path: str) -> None:
         self.directory = os.path.join(path, FOLDER)
         self.failed = False  # said once; the spool goes on without its index
+        self._steps = StepFold()
 
     def append(self, file: str, spans: Sequence[Any]) -> None:
         if self.failed:
             return
         try:
-            lines = summarize(os.path.basename(file), spans)
-            text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+            base = os.path.basename(file)
             files.make_directory(self.directory)
-            name = os.path.join(self.directory, f"{os.getpid()}.jsonl")
-            handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, files.FILE_MODE)
-            try:
-                os.write(handle, text.encode("utf-8", "surrogatepass"))
-            finally:
-                os.close(handle)
+            rows = self._steps.rows(spans)
+            if rows is not None:  # a gzip member a flush: the file is one gzip stream to zcat
+                member = zlib.compressobj(6, zlib.DEFLATED, 31)
+                data = (_json({"v": VERSION, "file": base} | rows) + "\n").encode()
+                name = os.path.join(self.directory, f"{os.getpid()}{STEPS_SUFFIX}")
+                _append(name, member.compress(data) + member.flush())
+            # The file's line last: a line says its rows, if any, are all written.
+            text = "".join(_json(line) + "\n" for line in summarize(base, spans))
+            _append(os.path.join(self.directory, f"{os.getpid()}.jsonl"), text.encode())
         except Exception as error:  # the spans are on disk; only the index is behind
             self.failed = True
             _log.warning(
@@ -125,6 +136,20 @@ class IndexWriter:
                 self.directory,
                 error,
             )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _append(name: str, data: bytes) -> None:
+    """``data`` at the end of the file ``name``, in one ``write``: a reader sees all of it or
+    a part cut short, never another writer's bytes inside it."""
+    handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, files.FILE_MODE)
+    try:
+        os.write(handle, data)
+    finally:
+        os.close(handle)
 
 
 def read_index(directory: str) -> dict[str, list[dict[str, Any]]]:

@@ -36,7 +36,7 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,16 +126,21 @@ def _file_like(entry: os.DirEntry[str]) -> bool:
         return True
 
 
-def read_file(name: str, *, repair: bool = True) -> SpoolFile:
+def read_file(
+    name: str, *, repair: bool = True, keep: Callable[[dict[str, Any]], bool] | None = None
+) -> SpoolFile:
     """The spool file ``name``, read; never raises for what it holds.
 
     ``repair=False`` keeps every string as written, a lone surrogate included, for a caller
-    that hands the JSON on as it is (``ci.read_spool``, ``ci.spool_spans``).
+    that hands the JSON on as it is (``ci.read_spool``, ``ci.spool_spans``). ``keep``: a
+    span (its OTLP/JSON dict) for which it says False is passed over before it is decoded.
     """
     with collector_paused():
         document, damage, repaired = _load(name, repair)
         if document is None:
             return SpoolFile(name, [], {"resourceSpans": []}, Problem(name, str(damage)))
+        if keep is not None:
+            _leave_out(document, keep)
         decoder = RequestDecoder()
         try:
             spans, request = decoder.decode(document)
@@ -171,6 +176,17 @@ def collector_paused() -> Iterator[None]:
     finally:
         if paused:
             gc.enable()
+
+
+def _leave_out(document: dict[str, Any], keep: Callable[[dict[str, Any]], bool]) -> None:
+    """Drop the spans ``keep`` says no to from ``document``, in place (what is not shaped
+    as a request is left for the decoder to name)."""
+    for resource_spans in document["resourceSpans"]:
+        scopes = resource_spans.get("scopeSpans") if isinstance(resource_spans, dict) else None
+        for scope_spans in scopes if isinstance(scopes, list) else ():
+            spans = scope_spans.get("spans") if isinstance(scope_spans, dict) else None
+            if isinstance(spans, list):
+                scope_spans["spans"] = [s for s in spans if not isinstance(s, dict) or keep(s)]
 
 
 def read_files(names: Iterable[str], *, repair: bool = True) -> Iterator[SpoolFile]:

@@ -47,7 +47,7 @@ class Charted:
     def __init__(self, chosen: list[Run]) -> None:
         several = len(chosen) > 1
         self.timelines: list[tuple[str, Timeline]] = [
-            ((f"run {run.id[:8]} " if several else "") + process.label, Timeline(process.spans))
+            ((f"run {run.id[:8]} " if several else "") + process.label, process.timeline())
             for run in chosen
             for process in run.processes
         ]

@@ -46,6 +46,7 @@ from . import (
     rank_findings,
     ranks,
     readback,
+    reading,
     replay,
     run_index,
     runs,
@@ -95,9 +96,20 @@ def _spans(path: str) -> list[Any]:
     return spans
 
 
-def _chosen_runs(arguments: argparse.Namespace) -> list[runs.Run]:
-    """The runs ``--run`` picks (default: the latest), saying so when the folder holds more."""
-    every = runs.runs_of(_spans(arguments.path))
+def _step_runs(path: str) -> list[runs.Run]:
+    """The runs at ``path`` for a question about steps: their step rows from the index where
+    it has them, and then not the spans of their parts (:mod:`cirron.offline.reading`)."""
+    files = _files(path)
+    with replay.progress(len(files), " files", minimum=20) as bar:
+        return reading.read_runs(
+            path, lambda problem: print(f"cirron: {problem}", file=sys.stderr), bar.update
+        )
+
+
+def _chosen_runs(arguments: argparse.Namespace, *, steps: bool = False) -> list[runs.Run]:
+    """The runs ``--run`` picks (default: the latest), saying so when the folder holds more.
+    ``steps``: for a question about steps (see :func:`_step_runs`)."""
+    every = _step_runs(arguments.path) if steps else runs.runs_of(_spans(arguments.path))
     try:
         chosen = runs.pick(every, arguments.run)
     except LookupError as error:
@@ -143,7 +155,7 @@ def show(arguments: argparse.Namespace) -> int:
 
 
 def diagnose(arguments: argparse.Namespace) -> int:
-    every = _chosen_runs(arguments)
+    every = _chosen_runs(arguments, steps=True)
     for number, run in enumerate(every):
         if number:
             print()
@@ -196,7 +208,7 @@ def show_ranks(arguments: argparse.Namespace) -> int:
     was the slowest; then the ranks' findings."""
     if arguments.format == "df-csv":
         raise argparse.ArgumentTypeError("--ranks prints --format text or json")
-    chosen = _chosen_runs(arguments)
+    chosen = _chosen_runs(arguments, steps=True)
     if not chosen:  # every file was skipped (each named above)
         raise NothingMatches(f"no spans read from {arguments.path}: no ranks to line up")
     aligned = [(run, ranks.align(run)) for run in chosen]
@@ -242,7 +254,7 @@ def _run_named(text: str, folder: str, read: dict[str, list[runs.Run]]) -> tuple
     a run of ``folder`` by number or id (as ``cirron runs`` lists them)."""
     source = text if os.path.exists(text) else folder
     if source not in read:
-        read[source] = runs.runs_of(_spans(source))
+        read[source] = _step_runs(source)
     every = read[source]
     if not every:
         raise SpoolError(f"no runs in {source!r}")
@@ -327,7 +339,7 @@ def report(arguments: argparse.Namespace) -> int:
     _check_output(arguments.output)
     if arguments.other is not None:
         return report_two(arguments)
-    chosen = _chosen_runs(arguments)
+    chosen = _chosen_runs(arguments, steps=True)
     spans = [span for run in chosen for span in run.spans]
     page = build(chosen, f"cirron run report: {os.path.abspath(arguments.path)}")
     files.write_output(arguments.output, lambda stream: stream.write(page))

@@ -55,7 +55,7 @@ class Summary:
 
 def summarize(label: str, run: Run) -> Summary:
     """``run``'s figures; :class:`NothingToCompare` when it recorded no steps."""
-    timelines = [Timeline(process.spans) for process in run.processes]
+    timelines = [process.timeline() for process in run.processes]
     with_steps = [timeline for timeline in timelines if timeline.steps]
     if not with_steps:
         raise NothingToCompare(f"run {label} ({run.id[:12]}) recorded no steps: nothing to compare")

@@ -39,7 +39,7 @@ NOT_TRAINING_LOSS = ("val", "eval", "test", "epoch")  # mark names of other loss
 
 def diagnose(run: Run) -> list[Finding]:
     """The findings about ``run``, errors first."""
-    timelines = [(process, Timeline(process.spans)) for process in run.processes]
+    timelines = [(process, process.timeline()) for process in run.processes]
     several = len(run.processes) > 1
     findings: list[Finding] = []
     for process, timeline in timelines:

@@ -136,7 +136,7 @@ def align(run: Run) -> Alignment | None:
     ranks = []
     counts = {}
     for process in run.processes:
-        timeline = Timeline(process.spans)
+        timeline = process.timeline()
         counts[process.label] = len(timeline.steps)
         if timeline.steps:
             ranks.append(RankSteps(process, timeline))

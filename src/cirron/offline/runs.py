@@ -29,6 +29,18 @@ class Process:
     label: str  # "rank 0", or "pid 1234" without a rank
     rank: int | None
     spans: list[Any] = field(default_factory=list)
+    # Its step rows (cirron.offline.step_table), when they were read: the parts of its steps
+    # come from them, and the spans need not hold the steps' forward, backward, ...
+    table: Any = None
+    _timeline: Any = field(default=None, repr=False, compare=False)
+
+    def timeline(self) -> Any:
+        """The process's :class:`cirron.offline.steps.Timeline`, built once."""
+        if self._timeline is None:
+            from .steps import Timeline
+
+            self._timeline = Timeline(self.spans, self.table)
+        return self._timeline
 
 
 @dataclass

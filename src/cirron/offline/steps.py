@@ -87,10 +87,18 @@ class Step:
 
 
 class Timeline:
-    """One process's spans, indexed: children, epochs, steps."""
+    """One process's spans, indexed: children, epochs, steps.
 
-    def __init__(self, spans: list[Any]) -> None:
+    ``table``: the process's step rows (:class:`cirron.offline.step_table.StepTable`), read
+    from the spool's index: each step's parts and wait for data come from its row, so the
+    spans need not hold the steps' ``forward``, ``backward``, ... (see
+    :func:`cirron.offline.spool_read.read_run`). A step with no row is walked as without.
+    """
+
+    def __init__(self, spans: list[Any], table: Any = None) -> None:
         self.spans = sorted(spans, key=lambda s: s.start_time)
+        self._rows: dict[int, int] = table.rows_by_id() if table is not None else {}
+        self._table = table
         self.by_id = {span.context.span_id: span for span in self.spans}
         self._parents = _acyclic_parents(self.spans, self.by_id)
         self.children: dict[int, list[Any]] = defaultdict(list)
@@ -165,6 +173,10 @@ class Timeline:
         known = self._parts.get(step.number)
         if known is not None:
             return known
+        row = self._rows.get(step.span.context.span_id)
+        if row is not None:
+            self._parts[step.number] = totals = self._table.part_times(row)
+            return totals  # type: ignore[no-any-return]
         totals = dict.fromkeys((*semconv.STEP_PARTS, OTHER), 0)
 
         def walk(span: Any, current: str | None) -> None:
@@ -194,6 +206,9 @@ class Timeline:
         ``data_load_ns``): Keras on TensorFlow does not."""
         if semconv.DATA_LOAD_NS in (step.span.attributes or {}):
             return True
+        row = self._rows.get(step.span.context.span_id)
+        if row is not None:
+            return bool(self._table.waits[row])
         return any(span.name == semconv.DATA_LOAD for span in self.descendants(step.span))
 
     def waiting_ns(self, step: Step) -> int:
