@@ -51,8 +51,7 @@ BIN = Path(sys.executable).parent
 
 # -- the synthetic spool ---------------------------------------------------------------------
 def _no_rows() -> dict[str, list[Any]]:
-    return {key: [] for key in ("id", "parent", "kind", "index", "start", "wall", "status",
-                                "waits", *step_rows.PARTS)}  # fmt: skip
+    return {key: [] for key in step_rows.COLUMNS}
 
 
 def _attributes(pairs: dict[str, object]) -> str:
@@ -146,6 +145,7 @@ class _Process:
         self.losses.append([len(self.rows["id"]), loss, loss_at])
         for key, value in (("id", step), ("parent", parent), ("kind", 0), ("index", index),
                            ("start", start), ("wall", wall), ("status", 0), ("waits", 1),
+                           ("whole", 1),
                            *zip(step_rows.PARTS, parts, strict=True)):  # fmt: skip
             self.rows[key].append(value)
 
@@ -164,6 +164,7 @@ class _Process:
                 "v": 1, "file": name, "resource": self.resource,
                 "rows": step_rows.pack_rows(self.rows), "attributes": {},
                 "marks": {"loss": step_rows.pack(self.losses, self.rows)},
+                "traces": [[0, self.trace]],
             }  # fmt: skip
             deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
             member = json.dumps(rows, separators=(",", ":")).encode() + b"\n"

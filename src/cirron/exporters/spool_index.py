@@ -13,7 +13,8 @@ A line (JSON, keys in this order)::
 
     {"v": 1, "file": "123-000004.json.gz", "spans": 5003, "steps": 1000, "batches": 0,
      "errors": 0, "start": 1795..., "end": 1795..., "first": [1795..., "<trace id>"],
-     "sessions": [{"start": 1795..., "trace": "<trace id>", "frameworks": ["torch"]}],
+     "sessions": [{"start": 1795..., "id": "<span id>", "trace": "<trace id>",
+                   "frameworks": ["torch"]}],
      "names": {"step": 1000, "forward": 1000, ...},
      "resource": {"service.name": "train", "process.pid": 123, ...}}
 
@@ -30,6 +31,8 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from opentelemetry.trace import StatusCode
+
 from ..otel import semconv
 from . import files
 from .step_rows import StepFold
@@ -39,7 +42,6 @@ _log = logging.getLogger("cirron")
 FOLDER = "index"
 VERSION = 1
 STEPS_SUFFIX = ".steps.jsonl.gz"  # beside <pid>.jsonl: the rows of its steps (step_rows)
-_ERROR = 2  # StatusCode.ERROR's value
 
 
 def summarize(name: str, spans: Iterable[Any]) -> list[dict[str, Any]]:
@@ -47,7 +49,7 @@ def summarize(name: str, spans: Iterable[Any]) -> list[dict[str, Any]]:
     or as read back): one per resource, in the order first seen."""
     by_resource: dict[int, tuple[Any, list[Any]]] = {}
     for span in spans:
-        resource = span.resource
+        resource = span._resource  # (SDK spans and cirron's keep it so)
         entry = by_resource.get(id(resource))
         if entry is None:
             entry = by_resource[id(resource)] = (resource, [])
@@ -56,40 +58,39 @@ def summarize(name: str, spans: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
-    steps = batches = errors = 0
+    names: dict[str, int] = {}
+    errors = 0
     start = end = None
     first: Any = None
     sessions = []
-    names: dict[str, int] = {}
-    for span in spans:
-        span_name = span.name
+    for span in spans:  # the flush thread's, for every span: fields read directly
+        span_name = span._name
         names[span_name] = names.get(span_name, 0) + 1
-        if span_name == semconv.STEP:
-            steps += 1
-        elif span_name == semconv.BATCH:
-            batches += 1
-        elif span_name == semconv.SESSION:
+        if span._status.status_code is StatusCode.ERROR:
+            errors += 1
+        began = span._start_time
+        if start is None or began < start:
+            start, first = began, span
+        ended = span._end_time
+        if ended is None:
+            ended = began
+        if end is None or ended > end:
+            end = ended
+        if span_name == semconv.SESSION:
             sessions.append(
                 {
-                    "start": span.start_time,
+                    "start": began,
+                    "id": format(span.get_span_context().span_id, "016x"),
                     "trace": format(span.get_span_context().trace_id, "032x"),
                     "frameworks": [str(f) for f in (span.attributes or {}).get("framework") or ()],
                 }
             )
-        if span.status.status_code.value == _ERROR:
-            errors += 1
-        began = span.start_time
-        if start is None or began < start:
-            start, first = began, span
-        ended = span.end_time if span.end_time is not None else began
-        if end is None or ended > end:
-            end = ended
     return {
         "v": VERSION,
         "file": name,
         "spans": len(spans),
-        "steps": steps,
-        "batches": batches,
+        "steps": names.get(semconv.STEP, 0),
+        "batches": names.get(semconv.BATCH, 0),
         "errors": errors,
         "start": start,
         "end": end,

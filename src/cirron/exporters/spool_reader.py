@@ -118,6 +118,12 @@ def spool_files(path: str = ".cirron") -> list[str]:
     return [name for _order, name in sorted(found)]
 
 
+def spool_files_order(name: str) -> tuple[int, int, str]:
+    """How :func:`spool_files` orders spool files: by pid, then sequence."""
+    match = SPOOL_NAME.fullmatch(os.path.basename(name))
+    return (int(match[1]), int(match[2]), name) if match else (-1, -1, name)
+
+
 def _file_like(entry: os.DirEntry[str]) -> bool:
     """A file, or what cannot even be asked (a symlink loop): then its reading says why."""
     try:
@@ -134,12 +140,14 @@ def read_file(
     ``repair=False`` keeps every string as written, a lone surrogate included, for a caller
     that hands the JSON on as it is (``ci.read_spool``, ``ci.spool_spans``). ``keep``: a
     span (its OTLP/JSON dict) for which it says False is passed over before it is decoded.
+    A ``keep`` with a ``line`` method is asked about each span line of a file cirron wrote
+    (a span a line), and a line it says False of is not even parsed.
     """
     with collector_paused():
-        document, damage, repaired = _load(name, repair)
+        document, damage, repaired = _load(name, repair, keep)
         if document is None:
             return SpoolFile(name, [], {"resourceSpans": []}, Problem(name, str(damage)))
-        if keep is not None:
+        if keep is not None:  # (again after its lines: a damaged file was read otherwise)
             _leave_out(document, keep)
         decoder = RequestDecoder()
         try:
@@ -208,7 +216,7 @@ def read_spans(path: str = ".cirron") -> tuple[list[ReadableSpan], list[Problem]
     return spans, problems
 
 
-def _load(name: str, repair: bool) -> tuple[Any, str | None, bool]:
+def _load(name: str, repair: bool, keep: Any = None) -> tuple[Any, str | None, bool]:
     """(the JSON request, None, whether lone surrogates were replaced), or why not.
 
     A file damaged part way gives the request of the spans before the damage, and the
@@ -229,7 +237,12 @@ def _load(name: str, repair: bool) -> tuple[Any, str | None, bool]:
         except UnicodeDecodeError as error:
             where = f"byte 0x{data[error.start]:02x} at offset {error.start}"
             return None, f"not UTF-8 text ({where})", False
-    document, reason = _parse(text) if damage is None else (None, damage)
+    document: Any = None
+    reason = damage
+    if damage is None and hasattr(keep, "line"):
+        document = _parse_kept_lines(text, keep.line)
+    if damage is None and document is None:
+        document, reason = _parse(text)
     if reason is not None:
         document = salvage(text)
         if document is None:
@@ -251,6 +264,32 @@ def _parse(text: str) -> tuple[Any, str | None]:
     if not isinstance(document, dict) or not isinstance(document.get("resourceSpans"), list):
         return None, "not an OTLP/JSON request (an object with a resourceSpans list)"
     return document, None
+
+
+_SPAN_LINE = '{"traceId":"'
+
+
+def _parse_kept_lines(text: str, keep_line: Callable[[str], bool]) -> Any:
+    """The request of ``text`` less the span lines ``keep_line`` says False of, unparsed;
+    None when that is not a whole request (a file written otherwise, or damaged: then
+    :func:`_parse` says what is wrong)."""
+    if "\n" not in text:
+        return None
+    out: list[str] = []
+    after_span = False
+    for line in text.split("\n"):
+        if line.startswith(_SPAN_LINE):
+            if not keep_line(line):
+                continue
+            if after_span:
+                out.append(",")
+            out.append(line[:-1] if line.endswith(",") else line)
+            after_span = True
+        else:
+            out.append(line)
+            after_span = False
+    document, reason = _parse("\n".join(out))
+    return document if reason is None else None
 
 
 def inflate(data: bytes) -> tuple[bytes, str | None]:

@@ -22,18 +22,33 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..otel import semconv
+from ..otel.spans import ScopeSpan
 
 PARTS = semconv.STEP_PARTS
 _PART = {name: position for position, name in enumerate(PARTS)}
 _CONTEXTS = len(PARTS) + 1  # the walk is inside no part (0), or inside PARTS[k] (k + 1)
-_WAITS = len(PARTS)  # the summary's last slot: whether the subtree holds a data_load
 _ROW_NAMES = {semconv.STEP: 0, semconv.BATCH: 1}  # the row's kind
 # Summaries kept for spans not ended yet; a parent that never ends (another process's, a
 # span that was dropped) must not hold memory for ever.
 MAX_PENDING = 100_000
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_ERROR = 2  # StatusCode.ERROR's value
+COLUMNS = ("id", "parent", "kind", "index", "start", "wall", "status", "waits", "whole", *PARTS)
 
-Summary = list[list[int]]  # [context][part], and [0][_WAITS]: a data_load below
+# A summary, flat: [context * NP + part] for the NP parts in each of the contexts, then a
+# count of the data_load spans below.
+NP = len(PARTS)
+_WAITS_AT = _CONTEXTS * NP
+_SIZE = _WAITS_AT + 1
+Summary = list[int]
+# What a part span of part k adds to its parent's summary, its own subtree aside: its time to
+# part k in every context but its own, taken from the part that context is inside.
+_BOUNDARY = [
+    [(context * NP + part, 1) for context in range(_CONTEXTS) if context != part + 1]
+    + [(context * NP + context - 1, -1) for context in range(1, _CONTEXTS) if context != part + 1]
+    for part in range(NP)
+]
+_DATA_LOAD = _PART[semconv.DATA_LOAD]
 
 
 def _number(value: Any) -> Any:
@@ -43,33 +58,76 @@ def _number(value: Any) -> Any:
     return value
 
 
+def span_ids(span: Any) -> tuple[int, int | None]:
+    """(span id, parent span id or None), without making the SpanContext a lean span makes
+    only when asked (see cirron.otel.spans.ScopeSpan)."""
+    if type(span) is ScopeSpan:
+        parent = span._parent_span
+        if parent is None:
+            return span._span_id, None
+        if type(parent) is ScopeSpan:
+            return span._span_id, parent._span_id
+        return span._span_id, parent.get_span_context().span_id
+    above = span.parent
+    return span.get_span_context().span_id, above.span_id if above is not None else None
+
+
+def _end_key(span: Any) -> int:
+    end = span._end_time  # (SDK spans and cirron's keep it so)
+    return end if end is not None else span._start_time  # type: ignore[no-any-return]
+
+
 class StepFold:
     """Folds one process's spans, batch by batch, into step rows."""
 
     def __init__(self) -> None:
         self._pending: dict[int, Summary] = {}
+        self._trace = ""
 
     def rows(self, spans: Sequence[Any]) -> dict[str, Any] | None:
         """The rows of the steps among ``spans`` (in the order they ended), as columns; None
         when there are none."""
-        columns: dict[str, list[Any]] = {
-            key: [] for key in ("id", "parent", "kind", "index", "start", "wall", "status", "waits")
-        }
-        for part in PARTS:
-            columns[part] = []
+        columns: dict[str, list[Any]] = {key: [] for key in COLUMNS}
         attributes: dict[str, list[list[Any]]] = {}
         marks: dict[str, list[list[Any]]] = {}
+        traces: list[list[Any]] = []
+        self._trace = ""  # each flush's rows name their first trace
         resource = None
-        for span in sorted(spans, key=_end_time):
-            context = span.get_span_context()
-            below = self._pending.pop(context.span_id, None)
-            name = span.name
+        pending = self._pending
+        for span in sorted(spans, key=_end_key):
+            span_id, parent_id = span_ids(span)
+            below = pending.pop(span_id, None)
+            name = span._name
             if name in _ROW_NAMES:
-                self._row(span, context, below, columns, attributes, marks)
+                self._row(span, span_id, parent_id, below, columns, attributes, marks, traces)
                 resource = resource or span.resource
-            parent = span.parent
-            if parent is not None:
-                self._carry(parent.span_id, _seen_from_above(name, span, below))
+            if parent_id is None:
+                continue
+            part = _PART.get(name)
+            if part is None and below is None:
+                continue  # nothing to carry
+            target = pending.get(parent_id)
+            if target is None:
+                if len(pending) >= MAX_PENDING:  # the oldest first
+                    del pending[next(iter(pending))]
+                target = pending[parent_id] = [0] * _SIZE
+            if part is None:  # not a part: its children count as they would at its parent
+                for position, value in enumerate(below):  # type: ignore[arg-type]
+                    if value:
+                        target[position] += value
+                continue
+            if below is not None:  # inside it, the walk is in its part
+                inner = (part + 1) * NP
+                for context in range(_CONTEXTS):
+                    at = context * NP
+                    for position in range(NP):
+                        target[at + position] += below[inner + position]
+                target[_WAITS_AT] += below[_WAITS_AT]
+            took = span._end_time - span._start_time if span._end_time is not None else 0
+            for position, sign in _BOUNDARY[part]:
+                target[position] += sign * took
+            if part == _DATA_LOAD:
+                target[_WAITS_AT] += 1
         if resource is None:
             return None
         described = {
@@ -80,55 +138,59 @@ class StepFold:
             "rows": pack_rows(columns),
             "attributes": {key: pack(pairs, columns) for key, pairs in attributes.items()},
             "marks": {name: pack(triples, columns) for name, triples in marks.items()},
+            "traces": traces,
         }
 
     def _row(
         self,
         span: Any,
-        context: Any,
+        span_id: int,
+        parent_id: int | None,
         below: Summary | None,
         columns: dict[str, list[Any]],
         attributes: dict[str, list[list[Any]]],
         marks: dict[str, list[list[Any]]],
+        traces: list[list[Any]],
     ) -> None:
+        """Append ``span``'s row. ``whole``: the row holds all of the span a step's figures
+        read (numeric attributes, number marks, no error, no link), so a reader may stand the
+        row in for the span; ``traces``: the trace id where it changes from the row before."""
         row = len(columns["id"])
         start, end = span.start_time, span.end_time
         own = span.attributes or {}
-        parent = span.parent
-        columns["id"].append(format(context.span_id, "016x"))
-        columns["parent"].append(format(parent.span_id, "016x") if parent is not None else None)
+        columns["id"].append(format(span_id, "016x"))
+        columns["parent"].append(format(parent_id, "016x") if parent_id is not None else None)
         columns["kind"].append(_ROW_NAMES[span.name])
         index = own.get(semconv.INDEX)
         columns["index"].append(index if isinstance(index, int) else None)
         columns["start"].append(start)
         columns["wall"].append(end - start if end is not None else 0)
         columns["status"].append(span.status.status_code.value)
-        totals = below[0] if below is not None else None
-        for position, part in enumerate(PARTS):
-            columns[part].append(totals[position] if totals is not None else 0)
-        waits = bool(totals is not None and totals[_WAITS]) or semconv.DATA_LOAD_NS in own
+        for position, part in enumerate(PARTS):  # the walk from the step is in no part
+            columns[part].append(below[position] if below is not None else 0)
+        waits = bool(below is not None and below[_WAITS_AT]) or semconv.DATA_LOAD_NS in own
         columns["waits"].append(int(waits))
+        whole = end is not None and columns["status"][-1] != _ERROR and not span.links
+        whole = whole and not (span.dropped_attributes or span.dropped_events)
         for key, value in own.items():
             if key != semconv.INDEX and isinstance(value, (int, float)):  # bools too
                 attributes.setdefault(key, []).append([row, _number(value)])
+            elif key != semconv.INDEX or not isinstance(index, int):
+                whole = False  # a text, a list: only its span has it
         for event in span.events:
-            value = (event.attributes or {}).get(semconv.MARK_VALUE)
+            held = event.attributes or {}
+            value = held.get(semconv.MARK_VALUE)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 marks.setdefault(event.name, []).append([row, _number(value), event.timestamp])
-
-    def _carry(self, parent_id: int, summary: Summary | None) -> None:
-        if summary is None:
-            return
-        held = self._pending.get(parent_id)
-        if held is None:
-            if len(self._pending) >= MAX_PENDING:  # the oldest first
-                del self._pending[next(iter(self._pending))]
-            self._pending[parent_id] = summary
-            return
-        for mine, theirs in zip(held, summary, strict=True):
-            for position, value in enumerate(theirs):
-                if value:
-                    mine[position] += value
+                whole = whole and len(held) == 1
+            else:
+                whole = False  # an exception, a mark of text
+        columns["whole"].append(int(whole))
+        trace_id = span._trace_id if type(span) is ScopeSpan else span.get_span_context().trace_id
+        trace = format(trace_id, "032x")
+        if trace != self._trace:
+            self._trace = trace
+            traces.append([row, trace])
 
 
 # -- packing: numbers that compress (what follows is mostly the same small numbers) ---------
@@ -194,27 +256,3 @@ def unpack(packed: dict[str, list[Any]], starts: list[int], walls: list[int]) ->
         [row, value, starts[row] + walls[row] - at]
         for row, value, at in zip(rows, packed["value"], packed["at"], strict=True)
     ]
-
-
-def _end_time(span: Any) -> int:
-    return span.end_time if span.end_time is not None else span.start_time
-
-
-def _seen_from_above(name: str, span: Any, below: Summary | None) -> Summary | None:
-    """What the subtree of ``span`` adds to each part, for each part its parent may be in."""
-    part = _PART.get(name)
-    if part is None:
-        return below  # not a part: its children count as they would at its parent
-    took = span.end_time - span.start_time if span.end_time is not None else 0
-    inner = below[part + 1] if below is not None else [0] * (len(PARTS) + 1)
-    waits = 1 if part == _PART[semconv.DATA_LOAD] or (below and below[0][_WAITS]) else 0
-    summary: Summary = []
-    for context in range(_CONTEXTS):
-        seen = list(inner)
-        if context != part + 1:  # a part boundary: its time is its own
-            seen[part] += took
-            if context:
-                seen[context - 1] -= took
-        seen[_WAITS] = waits
-        summary.append(seen)
-    return summary

@@ -52,6 +52,7 @@ class Charted:
             for process in run.processes
         ]
         self.spans = [span for run in chosen for span in run.spans]
+        self.span_count = sum(run.span_count for run in chosen)  # read or not
 
 
 @dataclass

@@ -43,6 +43,7 @@ from . import (
     chrome,
     compare,
     findings,
+    outline,
     rank_findings,
     ranks,
     readback,
@@ -50,6 +51,7 @@ from . import (
     replay,
     run_index,
     runs,
+    step_table,
 )
 
 RUN_HELP = (
@@ -134,6 +136,12 @@ def show(arguments: argparse.Namespace) -> int:
         return diagnose(arguments)
     if arguments.ranks:
         return show_ranks(arguments)
+    whole = arguments.all or arguments.format != "text"
+    if not whole and arguments.name is None and arguments.last is None and arguments.rank is None:
+        shown = _outline(arguments)
+        if shown is not None:
+            print(shown)
+            return 0
     spans = _chosen(arguments)
     if arguments.rank is not None:
         ranks = sorted({s.resource.attributes.get(semconv.RANK) for s in spans} - {None})
@@ -152,6 +160,54 @@ def show(arguments: argparse.Namespace) -> int:
     else:
         print(result)
     return 0
+
+
+def _outline(arguments: argparse.Namespace) -> str | None:
+    """The outline of the run(s) ``--run`` picks when they hold more steps than a tree shows
+    (:mod:`cirron.offline.outline`); None to print every span (a short run, or one the
+    index does not cover)."""
+    path = arguments.path
+    _files(path)
+    every = run_index.listed_runs(path)
+    try:
+        chosen = runs.pick(every, arguments.run)
+    except LookupError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    steps = sum(run.steps for run in chosen)
+    if steps <= outline.SHOWN_STEPS:
+        return None
+    keys = {runs.process_key_of(p.lines[0]["resource"]) for run in chosen for p in run.processes}
+    tables = [t for t in step_table.step_tables(path, indexed_only=True) if t.key in keys]
+    if len(tables) < len(keys):
+        return None  # a process the index does not cover: every span
+    if len(every) > 1 and arguments.run != runs.ALL:
+        numbers = ", ".join(str(every.index(run) + 1) for run in chosen)
+        print(
+            f"cirron: {len(every)} runs in {path}; this is run {numbers} "
+            f"({'the latest' if arguments.run is None else 'as asked'}). "
+            "`cirron runs` lists them; --run N|ID|all picks another.",
+            file=sys.stderr,
+        )
+    sessions = {
+        session["id"]
+        for run in chosen
+        for line in run.lines
+        for session in line["sessions"]
+        if "id" in session
+    }
+    found = outline.outline(tables, sessions)
+    folder = spool_reader.spool_folder(path) if not os.path.isfile(path) else ""
+    names = [os.path.join(folder, line["file"]) for run in chosen for line in run.lines]
+    spans = outline.read_outlined(
+        sorted(set(names), key=spool_reader.spool_files_order),
+        found,
+        lambda problem: print(f"cirron: {problem}", file=sys.stderr),
+    )
+    return (
+        f"(a run of {steps:,} steps, outlined: the first and last epochs and steps, and the "
+        "failed, non-finite and slowest steps; --all prints every span)\n"
+        + outline.render(spans, found)
+    )
 
 
 def diagnose(arguments: argparse.Namespace) -> int:
@@ -340,10 +396,10 @@ def report(arguments: argparse.Namespace) -> int:
     if arguments.other is not None:
         return report_two(arguments)
     chosen = _chosen_runs(arguments, steps=True)
-    spans = [span for run in chosen for span in run.spans]
+    count = sum(run.span_count for run in chosen)
     page = build(chosen, f"cirron run report: {os.path.abspath(arguments.path)}")
     files.write_output(arguments.output, lambda stream: stream.write(page))
-    print(f"cirron: report of {len(spans)} spans written to {arguments.output}", file=sys.stderr)
+    print(f"cirron: report of {count} spans written to {arguments.output}", file=sys.stderr)
     return 0
 
 
@@ -512,6 +568,13 @@ def _show_parser(commands: Any) -> None:
         action="store_true",
         help="a table of the run's ranks, their steps lined up: each rank's step time by part "
         "(median and p95) and the steps where it was the slowest (text or json)",
+    )
+    shown.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every span, also of a run of more than {outline.SHOWN_STEPS} steps (which prints "
+        "as an outline: its first and last epochs and steps, and the failed, non-finite and "
+        "slowest ones)",
     )
     shown.add_argument("--run", help=RUN_HELP)
     shown.set_defaults(command_function=show)

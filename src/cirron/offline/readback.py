@@ -265,8 +265,35 @@ def _text(nodes: list[dict[str, Any]], evicted: int, open_as: str) -> str:
     return "\n".join(out)
 
 
+def placeholder(text: str, start_ns: int) -> dict[str, Any]:
+    """A node that stands for spans left out of a tree (``... 99,980 steps like these ...``),
+    placed among its siblings at ``start_ns``."""
+    return {
+        "name": "...",
+        "index": None,
+        "span_id": "",
+        "parent_id": None,
+        "start_ns": start_ns,
+        "end_ns": start_ns,
+        "duration_ns": 0,
+        "attributes": {},
+        "marks": [],
+        "events": [],
+        "links": [],
+        "children": [],
+        "placeholder": text,
+    }
+
+
+def text_of(nodes: list[dict[str, Any]], open_as: str = lines.OPEN_STOPPED) -> str:
+    """The indented text of the trees from ``nodes`` (as ``ci.trace()`` prints them)."""
+    return _text(nodes, 0, open_as)
+
+
 def _line(node: dict[str, Any], open_as: str = lines.OPEN_RUNNING) -> str:
     """The span's line; a span shown out of its place says why (``(parent cycle)``)."""
+    if "placeholder" in node:
+        return str(node["placeholder"])
     line = lines.span_line(_NodeView(node), open_as)
     return f"{line} ({node['note']})" if node.get("note") else line
 

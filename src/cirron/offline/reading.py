@@ -5,8 +5,10 @@ part, not the spans of its parts. Where the spool's index has the step rows of a
 (:mod:`cirron.offline.step_table`), its steps' parts come from them, and the spans that only
 make those parts (a ``forward``, ``backward``, ``optimizer_step`` or ``data_load`` directly
 under a step, with no event, link or error) are passed over before they are decoded: four
-spans of five in a plain torch loop. Every other span is read as before, and a process the
-index does not cover is read whole.
+spans of five in a plain torch loop. A step whose row holds all the findings read of it
+(numbers and number marks, no error) is its row (:class:`cirron.offline.step_table.RowSpan`),
+its span passed over too. Every other span is read as before, and a process the index does
+not cover is read whole.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry.sdk.resources import Resource
+
 from ..exporters import spool_index, spool_reader
 from ..otel import semconv
 from . import step_table
-from .runs import Run, process_key, runs_of
+from .runs import Run, process_key, process_key_of, runs_of
 
 # Spans that need their part spans: a collective's place is in the backward it ran in.
 _NEEDS_PARTS = (semconv.COLLECTIVE,)
@@ -31,32 +35,45 @@ def read_runs(
 ) -> list[Run]:
     """The runs of the spool at ``path``, their processes with their step rows where the
     index has them; ``progress`` is called after each file."""
-    tables = {table.key: table for table in _tables(path)}
-    steps_of = {key: set(table.ids) for key, table in tables.items()}
-    every_step = set().union(*steps_of.values()) if steps_of else set()
+    lines = (
+        {} if os.path.isfile(path) else spool_index.read_index(spool_reader.cirron_directory(path))
+    )
+    tables = {table.key: table for table in _tables(path, lines)}
+    steps = set().union(*(table.ids for table in tables.values())) if tables else set()
+    whole = set().union(*(table.whole_ids() for table in tables.values())) if tables else set()
     spans: list[Any] = []
+    for table in tables.values():  # the steps their rows stand for
+        spans += table.row_spans(Resource(table.resource))
+    keep = _Keep(steps, whole) if tables else None
+    passed_over: dict[tuple[Any, ...], int] = {}
     for name in spool_reader.spool_files(path):
-        read = spool_reader.read_file(name, keep=_keep(every_step) if every_step else None)
+        if keep is not None:
+            keep.passed_over = 0
+        read = spool_reader.read_file(name, keep=keep)
         if read.problem is not None:
             on_problem(read.problem)
         spans += read.spans
+        if keep is not None and keep.passed_over:  # (only a file with a line has rows)
+            key = process_key_of(lines[os.path.basename(name)][0]["resource"])
+            passed_over[key] = passed_over.get(key, 0) + keep.passed_over
         if progress is not None:
             progress()
     found = runs_of(spans)
     for run in found:
         for process in run.processes:
-            process.table = tables.get(process_key(process.spans[0].resource))
+            key = process_key(process.spans[0].resource)
+            process.table = tables.get(key)
+            process.passed_over = passed_over.get(key, 0)
     return found
 
 
-def _tables(path: str) -> list[step_table.StepTable]:
-    """The step tables of the processes the index covers whole, and that need no part span
-    for anything else."""
-    if os.path.isfile(path):
+def _tables(path: str, lines: dict[str, list[dict[str, Any]]]) -> list[step_table.StepTable]:
+    """The step tables of the processes the index (``lines``) covers whole, and that need
+    no part span for anything else."""
+    if not lines:
         return []
-    lines = spool_index.read_index(spool_reader.cirron_directory(path))
     needs_parts = {
-        step_table.process_key_of(line["resource"])
+        process_key_of(line["resource"])
         for found in lines.values()
         for line in found
         if any(name in _NEEDS_PARTS for name in line.get("names") or {}) or "names" not in line
@@ -65,18 +82,55 @@ def _tables(path: str) -> list[step_table.StepTable]:
     return [table for table in tables if table.key not in needs_parts]
 
 
-def _keep(steps: set[str]) -> Callable[[dict[str, Any]], bool]:
-    """Whether to decode a span (an OTLP/JSON dict): not when it only makes a part of a step
-    whose row is read."""
-    parts = frozenset(semconv.STEP_PARTS)
+class _Keep:
+    """Whether to decode a span (an OTLP/JSON dict): not when its row stands for it, nor
+    when it only makes a part of a step whose row is read (counted in ``passed_over``)."""
 
-    def keep(span: dict[str, Any]) -> bool:
-        return not (
-            span.get("name") in parts
-            and span.get("parentSpanId") in steps
+    def __init__(self, steps: set[str], whole: set[str]) -> None:
+        self.steps, self.whole = steps, whole
+        self.parts = frozenset(semconv.STEP_PARTS)
+        self.rows = frozenset((semconv.STEP, semconv.BATCH))
+        self.passed_over = 0
+
+    def line(self, line: str) -> bool:
+        """The same, asked of a span's line as cirron's encoder writes it (trace id, span id,
+        parent id, name first), before it is parsed."""
+        if line[44:56] != '","spanId":"':
+            return True  # not laid out as ours: parse it, and ask of the dict
+        span_id = line[56:72]
+        if line.startswith(',"parentSpanId":"', 73):
+            parent, rest = line[90:106], 107
+        else:
+            parent, rest = None, 73
+        at = line.find(',"name":"', rest)
+        end = line.find('"', at + 9)
+        if at < 0 or end < 0 or line[end - 1] == "\\":
+            return True
+        name = line[at + 9 : end]
+        if name in self.rows:
+            return span_id not in self.whole
+        if (
+            name in self.parts
+            and parent in self.steps
+            and '"events":' not in line
+            and '"links":' not in line
+            and '"status":' not in line
+        ):
+            self.passed_over += 1
+            return False
+        return True
+
+    def __call__(self, span: dict[str, Any]) -> bool:
+        name = span.get("name")
+        if name in self.rows:
+            return span.get("spanId") not in self.whole
+        if (
+            name in self.parts
+            and span.get("parentSpanId") in self.steps
             and not span.get("events")
             and not span.get("links")
             and not span.get("status")
-        )
-
-    return keep
+        ):
+            self.passed_over += 1
+            return False
+        return True

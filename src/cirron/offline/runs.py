@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ..otel import semconv
 
@@ -32,6 +32,7 @@ class Process:
     # Its step rows (cirron.offline.step_table), when they were read: the parts of its steps
     # come from them, and the spans need not hold the steps' forward, backward, ...
     table: Any = None
+    passed_over: int = 0  # spans of its steps' parts not read (their rows were)
     _timeline: Any = field(default=None, repr=False, compare=False)
 
     def timeline(self) -> Any:
@@ -50,6 +51,11 @@ class Run:
     id: str  # the run id, else the session's trace id (hex)
     spans: list[Any] = field(default_factory=list)
     processes: list[Process] = field(default_factory=list)
+
+    @property
+    def span_count(self) -> int:
+        """The spans of the run in the spool, read or not (see ``Process.passed_over``)."""
+        return len(self.spans) + sum(process.passed_over for process in self.processes)
 
     @property
     def start_ns(self) -> int:
@@ -122,7 +128,14 @@ def runs_of(spans: Sequence[Any]) -> list[Run]:
     return sorted(runs.values(), key=lambda run: run.start_ns)
 
 
-def pick(runs: list[Run], choice: str | None) -> list[Run]:
+class _Named(Protocol):
+    id: str
+
+
+Listed = TypeVar("Listed", bound=_Named)  # a Run, or a run as the index lists it
+
+
+def pick(runs: list[Listed], choice: str | None) -> list[Listed]:
     """The runs ``--run`` names: None the latest, ``all``, ``N`` (1 is the oldest, -1 the
     latest, as ``cirron runs`` numbers them), or a run id or its first characters (4 digits
     or more that are no run's number name the one run whose id begins with them, if one

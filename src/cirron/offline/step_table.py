@@ -12,6 +12,7 @@ megabytes.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -20,8 +21,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
+
 from ..exporters import spool_index, spool_reader
-from ..exporters.step_rows import PARTS, StepFold, unpack, unpack_rows
+from ..exporters.step_rows import COLUMNS, PARTS, StepFold, unpack, unpack_rows
 from ..otel import semconv
 from .runs import label_of, process_key_of
 
@@ -45,29 +48,40 @@ class StepTable:
     wall: array = field(default_factory=lambda: array("q"))
     status: array = field(default_factory=lambda: array("b"))
     waits: array = field(default_factory=lambda: array("b"))
+    whole: array = field(default_factory=lambda: array("b"))  # the row stands for its span
+    traces: list[tuple[int, str]] = field(default_factory=list)  # (row, trace id) from there
     parts: dict[str, array] = field(default_factory=lambda: {p: array("q") for p in PARTS})
     attributes: dict[str, dict[int, Any]] = field(default_factory=dict)  # key -> row -> value
     marks: dict[str, list[tuple[int, float, int]]] = field(default_factory=dict)
+    _parents_seen: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def rows_by_id(self) -> dict[int, int]:
-        """Each row by its span id (as an int, as SDK spans hold it)."""
-        return {int(span_id, 16): row for row, span_id in enumerate(self.ids)}
+    def rows_by_id(self, whole: bool = True) -> dict[int, int]:
+        """Each row by its span id (as an int, as SDK spans hold it); ``whole=False``: only
+        the rows that do not stand for their spans."""
+        return {
+            int(span_id, 16): row
+            for row, span_id in enumerate(self.ids)
+            if whole or not self.whole[row]
+        }
 
     def add(self, rows: dict[str, Any]) -> None:
         """Append a flush's rows (as :class:`StepFold` makes them)."""
         offset = len(self.ids)
         columns = unpack_rows(rows["rows"])
         self.ids += columns["id"]
-        self.parents += columns["parent"]
+        known = self._parents_seen
+        self.parents += [known.setdefault(p, p) for p in columns["parent"]]  # one str an epoch
         self.kind.extend(columns["kind"])
         self.index.extend(-1 if i is None else i for i in columns["index"])
         self.start.extend(columns["start"])
         self.wall.extend(columns["wall"])
         self.status.extend(columns["status"])
         self.waits.extend(columns["waits"])
+        self.whole.extend(columns["whole"])
+        self.traces += [(offset + row, trace) for row, trace in rows.get("traces") or ()]
         for part in PARTS:
             self.parts[part].extend(columns[part])
         starts, walls = columns["start"], columns["wall"]
@@ -80,6 +94,54 @@ class StepTable:
                 (offset + row, _number(value), time)
                 for row, value, time in unpack(packed, starts, walls)
             )
+
+    def whole_ids(self) -> set[str]:
+        """The span ids of the rows that stand for their spans."""
+        return {span_id for span_id, whole in zip(self.ids, self.whole, strict=True) if whole}
+
+    def row_spans(self, resource: Any) -> list[RowSpan]:
+        """A span for each row that stands for its span: what the findings read of a step
+        span, from the row (its resource: ``resource``, the process's)."""
+        events: dict[int, list[RowEvent]] = {}
+        for name, marks in self.marks.items():
+            for row, value, time in marks:
+                events.setdefault(row, []).append(RowEvent(name, value, time))
+        attributes: dict[int, dict[str, Any]] = {}
+        for key, values in self.attributes.items():
+            for row, value in values.items():
+                attributes.setdefault(row, {})[key] = value
+        trace_rows = [row for row, _trace in self.traces]
+        trace_ids = [int(trace, 16) for _row, trace in self.traces]
+        parents: dict[tuple[int, str], SpanContext] = {}  # one for the steps of an epoch
+        found = []
+        for row, span_id in enumerate(self.ids):
+            if not self.whole[row]:
+                continue
+            at = bisect.bisect_right(trace_rows, row) - 1
+            trace = trace_ids[at] if at >= 0 else 0
+            own = {semconv.INDEX: self.index[row]} if self.index[row] >= 0 else {}
+            own.update(attributes.get(row, ()))
+            parent = self.parents[row]
+            above = None
+            if parent:
+                above = parents.get((trace, parent))
+                if above is None:
+                    above = parents[trace, parent] = SpanContext(trace, int(parent, 16), False)
+            found.append(
+                RowSpan(
+                    semconv.BATCH if self.kind[row] == BATCH else semconv.STEP,
+                    SpanContext(trace, int(span_id, 16), False),
+                    above,
+                    self.start[row],
+                    self.start[row] + self.wall[row],
+                    own,
+                    tuple(events.get(row, ())),
+                    _OK if self.status[row] == 1 else _UNSET,
+                    resource,
+                    row,
+                )
+            )
+        return found
 
     def rows_of(self, kind: int) -> list[int]:
         """The rows of ``kind`` (:data:`STEP` or :data:`BATCH`) in start order."""
@@ -99,6 +161,68 @@ class StepTable:
             found[semconv.DATA_LOAD] += ns
         found["other"] = max(self.wall[row] - sum(found[part] for part in PARTS), 0)
         return found
+
+
+_UNSET, _OK = Status(StatusCode.UNSET), Status(StatusCode.OK)
+
+
+class RowEvent:
+    """A mark of a step, from its row: what the findings read of a span event."""
+
+    __slots__ = ("name", "value", "timestamp")
+
+    def __init__(self, name: str, value: Any, timestamp: int) -> None:
+        self.name, self.value, self.timestamp = name, value, timestamp
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        return {semconv.MARK_VALUE: self.value}  # made when asked: a million steps hold none
+
+
+class RowSpan:
+    """A step span stood in for by its row: the fields of an SDK ``ReadableSpan`` that the
+    findings, the charts and the ranks read, and nothing else (no links, no scope)."""
+
+    __slots__ = (
+        "name",
+        "context",
+        "parent",
+        "start_time",
+        "end_time",
+        "attributes",
+        "events",
+        "status",
+        "resource",
+        "row",
+    )
+    links: tuple[Any, ...] = ()
+    kind = SpanKind.INTERNAL
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        start_time: int,
+        end_time: int,
+        attributes: dict[str, Any],
+        events: tuple[RowEvent, ...],
+        status: Status,
+        resource: Any,
+        row: int,
+    ) -> None:
+        self.name, self.context, self.parent = name, context, parent
+        self.start_time, self.end_time = start_time, end_time
+        self.attributes, self.events, self.status, self.resource = (
+            attributes,
+            events,
+            status,
+            resource,
+        )
+        self.row = row  # in its process's step table
+
+    def get_span_context(self) -> SpanContext:
+        return self.context
 
 
 def _number(value: Any) -> Any:
@@ -236,7 +360,7 @@ def _members(folder: str) -> Iterator[dict[str, Any]]:
                 yield rows
 
 
-_COLUMNS = ("id", "parent", "kind", "index", "start", "wall", "status", "waits", *PARTS)
+_COLUMNS = COLUMNS
 
 
 def _well_formed(rows: Any) -> bool:
@@ -249,6 +373,11 @@ def _well_formed(rows: Any) -> bool:
     if not isinstance(rows.get("resource"), dict):
         return False
     if not all(isinstance(columns.get(key), list) for key in _COLUMNS):
+        return False
+    traces = rows.get("traces", [])
+    if not isinstance(traces, list) or not all(
+        isinstance(t, list) and len(t) == 2 and isinstance(t[1], str) for t in traces
+    ):
         return False
     if len({len(columns[key]) for key in _COLUMNS}) != 1:
         return False

@@ -97,7 +97,8 @@ class Timeline:
 
     def __init__(self, spans: list[Any], table: Any = None) -> None:
         self.spans = sorted(spans, key=lambda s: s.start_time)
-        self._rows: dict[int, int] = table.rows_by_id() if table is not None else {}
+        # Rows by span id, for the steps read as spans (a RowSpan knows its row).
+        self._rows: dict[int, int] = table.rows_by_id(whole=False) if table is not None else {}
         self._table = table
         self.by_id = {span.context.span_id: span for span in self.spans}
         self._parents = _acyclic_parents(self.spans, self.by_id)
@@ -119,6 +120,13 @@ class Timeline:
         self._starts = [step.span.start_time for step in self.steps]
         self._span_starts = [span.start_time for span in self.spans]
         self._parts: dict[int, dict[str, int]] = {}  # by step number: read by several figures
+
+    def _row(self, step: Step) -> int | None:
+        """``step``'s row in the process's step table, if it has one."""
+        if self._table is None:
+            return None
+        row = getattr(step.span, "row", None)
+        return row if row is not None else self._rows.get(step.span.context.span_id)
 
     def parent(self, span: Any) -> Any:
         """The span's parent here, or None (not here, or the span is in a parent cycle)."""
@@ -173,7 +181,7 @@ class Timeline:
         known = self._parts.get(step.number)
         if known is not None:
             return known
-        row = self._rows.get(step.span.context.span_id)
+        row = self._row(step)
         if row is not None:
             self._parts[step.number] = totals = self._table.part_times(row)
             return totals  # type: ignore[no-any-return]
@@ -206,7 +214,7 @@ class Timeline:
         ``data_load_ns``): Keras on TensorFlow does not."""
         if semconv.DATA_LOAD_NS in (step.span.attributes or {}):
             return True
-        row = self._rows.get(step.span.context.span_id)
+        row = self._row(step)
         if row is not None:
             return bool(self._table.waits[row])
         return any(span.name == semconv.DATA_LOAD for span in self.descendants(step.span))
