@@ -20,8 +20,11 @@ prints the table; ``python -m benchmarks --only long_runs`` gives the 10k rows.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import math
 import os
+import platform
 import random
 import shutil
 import subprocess
@@ -251,36 +254,48 @@ def measure(command: list[str], path: Path, out: Path, timeout: float) -> tuple[
     return took, usage.ru_maxrss / 1024
 
 
-def measure_run(steps: int, ranks: int, timeout: float) -> dict[str, dict[str, float]]:
-    """Per spool kind (``compressed``, ``plain``): bytes a step, and each command's seconds
-    and peak MB."""
+def measure_run(
+    steps: int, ranks: int, timeout: float, baseline: bool = True
+) -> dict[str, dict[str, float]]:
+    """Per spool kind (``compressed``, and ``plain`` with ``baseline``): bytes a step, each
+    command's seconds and peak MB, and the report's size in MB."""
     figures: dict[str, dict[str, float]] = {}
-    for kind in ("compressed", "plain"):
+    commands = dict(COMMANDS)
+    if ranks > 1:
+        commands["show --ranks"] = ["show", "--ranks"]
+    for kind in ("compressed", "plain") if baseline else ("compressed",):
         folder = Path(tempfile.mkdtemp(prefix=f"cirron-long-{kind}-"))
         try:
             path = folder / ".cirron"
             written = write_spool(path, steps, ranks, gzip=kind == "compressed")
             found = {"bytes a step": written / (steps * ranks)}
-            for name, command in COMMANDS.items():
+            for name, command in commands.items():
                 seconds, peak = measure(command, path, folder, timeout)
                 found[f"{name} s"], found[f"{name} MB"] = seconds, peak
+            report = folder / "report.html"
+            found["report size MB"] = report.stat().st_size / 2**20 if report.exists() else math.nan
             figures[kind] = found
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return figures
 
 
-def rows(steps: int, ranks: int, timeout: float) -> list[Row]:
-    figures = measure_run(steps, ranks, timeout)
-    ours, plain = figures["compressed"], figures["plain"]
+def rows(steps: int, ranks: int, timeout: float, baseline: bool = True) -> list[Row]:
+    """The figures of one size as rows of the benchmarks' table (ours, the plain spool's)."""
+    figures = measure_run(steps, ranks, timeout, baseline)
+    return _rows(steps, ranks, figures)
+
+
+def _rows(steps: int, ranks: int, figures: dict[str, dict[str, float]]) -> list[Row]:
+    ours, plain = figures["compressed"], figures.get("plain", {})
     what = f"{steps:,} steps" + (f" x {ranks} ranks" if ranks > 1 else "")
     out = [Row(f"{what}: spool bytes a step", ours["bytes a step"], "plain spool",
-               plain["bytes a step"], unit="B")]  # fmt: skip
-    for name in COMMANDS:
-        out.append(Row(f"{what}: {name}", ours[f"{name} s"], "plain spool",
-                       plain[f"{name} s"], unit="s"))  # fmt: skip
-        out.append(Row(f"{what}: {name}, peak", ours[f"{name} MB"], "plain spool",
-                       plain[f"{name} MB"], unit="MB"))  # fmt: skip
+               plain.get("bytes a step"), unit="B")]  # fmt: skip
+    for key in ours:
+        if key.endswith(" s") or key.endswith(" MB"):
+            name, _space, unit = key.rpartition(" ")
+            label = f"{what}: {name}" + (", peak" if unit == "MB" and "size" not in name else "")
+            out.append(Row(label, ours[key], "plain spool", plain.get(key), unit=unit))
     return out
 
 
@@ -289,18 +304,62 @@ def run(quick: bool = False) -> list[Row]:
     return rows(2000 if quick else 10_000, 1, timeout=600)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from .table import print_table
+# -- the growth table ------------------------------------------------------------------------
+def growth_table(found: list[tuple[str, dict[str, float]]]) -> str:
+    """A markdown table, a row per spool measured: bytes a step, and each command's seconds
+    and peak memory (the report's size too)."""
+    names = [key[:-2] for key in found[0][1] if key.endswith(" s")]
+    header = ["run", "bytes a step"] + [f"`{name}`" for name in names] + ["report size"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for label, figures in found:
+        cells = [label, f"{figures['bytes a step']:,.0f}"]
+        for name in names:
+            seconds, peak = figures.get(f"{name} s", math.nan), figures.get(f"{name} MB", math.nan)
+            cells.append("-" if math.isnan(seconds) else f"{seconds:.2f} s, {peak:,.0f} MB")
+        size = figures.get("report size MB", math.nan)
+        cells.append("-" if math.isnan(size) else f"{size:.1f} MB")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "long_runs.md"
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.long_runs")
-    parser.add_argument("--steps", default="10000,100000", help="comma-separated step counts")
+    parser.add_argument("--steps", default="10000,100000,1000000", help="comma-separated steps")
     parser.add_argument("--ranks", type=int, default=1, help="processes of the run")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a command may take")
+    parser.add_argument(
+        "--baseline-up-to",
+        type=int,
+        default=100_000,
+        help="steps (all ranks) up to which the plain spool is measured too: it is read whole, "
+        "span by span, as before the index (a million steps would need about 9 GB)",
+    )
+    parser.add_argument("--write-docs", action="store_true", help=f"also write {DOC.name}")
     arguments = parser.parse_args(argv)
-    found: list[Row] = []
+    found: list[tuple[str, dict[str, float]]] = []
     for steps in (int(text) for text in arguments.steps.split(",")):
-        found += rows(steps, arguments.ranks, arguments.timeout)
-    print_table(found, "reference")
+        baseline = steps * arguments.ranks <= arguments.baseline_up_to
+        figures = measure_run(steps, arguments.ranks, arguments.timeout, baseline)
+        what = f"{steps:,} steps" + (f" x {arguments.ranks} ranks" if arguments.ranks > 1 else "")
+        if "plain" in figures:
+            found.append((f"{what}, baseline: plain spool, no index", figures["plain"]))
+        found.append((what, figures["compressed"]))
+        print(growth_table(found), flush=True)
+    if arguments.write_docs:
+        provenance = (
+            f"Measured by `python -m benchmarks.long_runs --steps {arguments.steps} --ranks "
+            f"{arguments.ranks}` on {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{datetime.date.today().isoformat()}, load average {os.getloadavg()[0]:.2f} at the end."
+        )
+        DOC.write_text(
+            "<!-- Written by `python -m benchmarks.long_runs --write-docs`: do not edit by hand, "
+            "run it again. -->\n\n" + provenance + "\n\n" + growth_table(found)
+        )
+        print(f"wrote {DOC}")
 
 
 if __name__ == "__main__":

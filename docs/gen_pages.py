@@ -267,6 +267,8 @@ _ACCEPTS: dict[str, Callable[[], str]] = {
     "_output": lambda: "one or a list of " + ", ".join(_code(n) for n in settings.SINK_NAMES),
     "_step_sampling": lambda: "two ints `(K, N)`; in the environment `K,N`",
     "_flag": lambda: "`True` or `False`; in the environment `true` or `false`",
+    "_spool_compression": lambda: " or ".join(_code(c) for c in settings.SPOOL_COMPRESSIONS)
+    + " (`False`: `none`)",
     "_capture": lambda: (
         'a dict of `text` (bool), `tensors` (`"shapes"` or bool), `max_chars` (int), `where` ('
         + ", ".join(_code(f) for f in settings.CAPTURE_FORMS)
@@ -288,8 +290,10 @@ _MEANING = {
     "exit_timeout": "seconds that exit, `ci.flush()` and signals may wait for the exporters",
     "max_events": "point marks kept per span; past it the oldest are dropped and counted",
     "epoch_steps": "steps per fallback epoch, when no DataLoader or framework shows epochs",
-    "spool_max_bytes": "bytes of spool files one process may write; past it the spool stops "
-    "(told once, `spool_full` in `ci.health()`)",
+    "spool_max_bytes": "bytes of spool files one process may write (as written: compressed); "
+    "past it the spool stops (told once, `spool_full` in `ci.health()`)",
+    "spool_compression": "spool files gzip-compressed (`.json.gz`, about 9x smaller) or plain "
+    "OTLP/JSON (`none`, for `cat`); see [long runs](../guide/long-runs.md)",
     "trace_split": "spans a run records before each later epoch begins a trace of its own "
     "(see [long runs](../guide/long-runs.md)); `0`: one trace however long",
     "step_sampling": "hook spans only for the first K steps of each epoch and every Nth "

@@ -49,35 +49,21 @@ def spool(tmp_path_factory) -> Path:
     return directory / ".cirron"
 
 
-def listing(path: Path) -> list[tuple]:
+def figures(found: list) -> list[tuple]:
+    """What ``cirron runs`` says of each run (a Run, or a run as the index lists it)."""
     return [
-        (
-            run.id,
-            run.start_ns,
-            run.end_ns,
-            run.steps,
-            run.failed,
-            run.frameworks,
-            [p.label for p in run.processes],
-        )
-        for run in run_index.listed_runs(str(path))
-    ]
+        (run.id, run.start_ns, run.end_ns, run.steps, run.failed, run.frameworks,
+         [p.label for p in run.processes])
+        for run in found
+    ]  # fmt: skip
+
+
+def listing(path: Path) -> list[tuple]:
+    return figures(run_index.listed_runs(str(path)))
 
 
 def from_spans(path: Path) -> list[tuple]:
-    spans, _problems = spool_reader.read_spans(str(path))
-    return [
-        (
-            run.id,
-            run.start_ns,
-            run.end_ns,
-            run.steps,
-            run.failed,
-            run.frameworks,
-            [p.label for p in run.processes],
-        )
-        for run in runs.runs_of(spans)
-    ]
+    return figures(runs.runs_of(spool_reader.read_spans(str(path))[0]))
 
 
 def test_every_spool_file_has_a_line_in_the_index(spool):
@@ -137,9 +123,11 @@ def test_the_listing_of_a_spool_folder_or_one_file(spool, tmp_path):
 def test_an_index_that_cannot_be_written_leaves_the_spool_whole(tmp_path):
     (tmp_path / ".cirron").mkdir()
     (tmp_path / ".cirron" / "index").write_text("a file where the index folder should be")
-    result = run_python(RUN, cwd=tmp_path)
+    code = textwrap.dedent(RUN) + "print('INDEX ERRORS', ci.health()['spool_index_errors'])\n"
+    result = run_python(code, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("cannot write the spool's index") == 1, result.stderr
+    assert "INDEX ERRORS 1" in result.stdout
     shown = cirron("runs", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert " 60  ok" in shown.stdout

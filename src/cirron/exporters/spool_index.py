@@ -34,7 +34,7 @@ from typing import Any
 from opentelemetry.trace import StatusCode
 
 from ..otel import semconv
-from . import files
+from . import files, spool_reader
 from .step_rows import StepFold
 
 _log = logging.getLogger("cirron")
@@ -112,6 +112,7 @@ class IndexWriter:
     def __init__(self, path: str) -> None:
         self.directory = os.path.join(path, FOLDER)
         self.failed = False  # said once; the spool goes on without its index
+        self.errors = 0  # (ci.health()["spool_index_errors"])
         self._steps = StepFold()
 
     def append(self, file: str, spans: Sequence[Any]) -> None:
@@ -131,6 +132,7 @@ class IndexWriter:
             _append(os.path.join(self.directory, f"{os.getpid()}.jsonl"), text.encode())
         except Exception as error:  # the spans are on disk; only the index is behind
             self.failed = True
+            self.errors += 1
             _log.warning(
                 "cirron: cannot write the spool's index in %s (%s); the spool is written as "
                 "before, and reading it back reads every file",
@@ -163,8 +165,17 @@ def read_index(directory: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def _lines(folder: str) -> Iterator[dict[str, Any]]:
+    for line in json_lines(folder, ".jsonl"):
+        if _well_formed(line):
+            yield line
+
+
+def json_lines(folder: str, suffix: str) -> Iterator[Any]:
+    """The JSON value of each line of the files named ``*<suffix>`` in ``folder``, file by
+    file in name order; a gzip-compressed file is inflated (as far as it is whole), and a
+    line that does not read (cut short by a crash, damaged) is passed over."""
     try:
-        names = sorted(entry for entry in os.listdir(folder) if entry.endswith(".jsonl"))
+        names = sorted(entry for entry in os.listdir(folder) if entry.endswith(suffix))
     except OSError:
         return
     for entry in names:
@@ -173,13 +184,13 @@ def _lines(folder: str) -> Iterator[dict[str, Any]]:
                 data = stream.read()
         except OSError:
             continue
+        if data[:2] == spool_reader.GZIP_MAGIC:
+            data, _damage = spool_reader.inflate(data)
         for raw in data.split(b"\n"):
             try:
-                line = json.loads(raw)
+                yield json.loads(raw)
             except ValueError:
                 continue
-            if _well_formed(line):
-                yield line
 
 
 _FIELDS = {

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..otel import semconv
-from ..otel.spans import ScopeSpan
+from ..otel.spans import ScopeSpan, span_ids
 
 PARTS = semconv.STEP_PARTS
 _PART = {name: position for position, name in enumerate(PARTS)}
@@ -56,20 +56,6 @@ def _number(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return _NON_FINITE[str(value)]
     return value
-
-
-def span_ids(span: Any) -> tuple[int, int | None]:
-    """(span id, parent span id or None), without making the SpanContext a lean span makes
-    only when asked (see cirron.otel.spans.ScopeSpan)."""
-    if type(span) is ScopeSpan:
-        parent = span._parent_span
-        if parent is None:
-            return span._span_id, None
-        if type(parent) is ScopeSpan:
-            return span._span_id, parent._span_id
-        return span._span_id, parent.get_span_context().span_id
-    above = span.parent
-    return span.get_span_context().span_id, above.span_id if above is not None else None
 
 
 def _end_key(span: Any) -> int:

@@ -20,15 +20,19 @@ and keep their full text in the hover label.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from ..otel import semconv
+from . import step_findings
 from .runs import Run
-from .steps import OTHER, Timeline
+from .steps import OTHER, Timeline, is_error
 
-MAX_POINTS = 2000  # a longer series is cut into this many buckets, each shown by its top value
+# A longer series is cut into this many buckets, each drawn as its median inside a band from
+# its lowest to its highest value: a chart of a million steps weighs what one of 2,000 does.
+MAX_POINTS = 2000
 TOP_TENSORS = 8  # norm lines drawn per chart
 LABEL_LENGTH = 40  # characters of a name in a legend or on an axis
 COLORS = {  # one color per part in every process's bars
@@ -39,6 +43,8 @@ COLORS = {  # one color per part in every process's bars
     OTHER: "#ffa15a",
 }
 NON_FINITE_COLOR = "#d62728"
+SLOW_COLOR = "#ff7f0e"
+ERROR_COLOR = "#8b0000"
 
 
 class Charted:
@@ -91,34 +97,63 @@ def finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _or_lowest(value: float | None) -> float:
-    return -math.inf if value is None else value
+Buckets = tuple[list[Any], list[float | None], list[float | None], list[float | None]]
 
 
-def _downsample(xs: list[Any], ys: list[float | None]) -> tuple[list[Any], list[float | None]]:
-    """At most MAX_POINTS points: each bucket shown by its largest value (a slow step stays)."""
-    if len(xs) <= MAX_POINTS:
-        return xs, ys
-    size = math.ceil(len(xs) / MAX_POINTS)
-    out_x, out_y = [], []
+def downsample(xs: list[Any], ys: list[float | None]) -> Buckets:
+    """At most MAX_POINTS buckets of consecutive points: (each bucket's first x, its median,
+    its lowest and its highest value); a bucket of no finite value is None in each."""
+    size = max(1, math.ceil(len(xs) / MAX_POINTS))
+    out_x: list[Any] = []
+    medians: list[float | None] = []
+    lows: list[float | None] = []
+    highs: list[float | None] = []
     for start in range(0, len(xs), size):
-        bucket = range(start, min(start + size, len(xs)))
-        top = max(bucket, key=lambda i: _or_lowest(ys[i]))
-        out_x.append(xs[top])
-        out_y.append(ys[top])
-    return out_x, out_y
+        values = sorted(y for y in ys[start : start + size] if y is not None)
+        out_x.append(xs[start])
+        medians.append(statistics.median(values) if values else None)
+        lows.append(values[0] if values else None)
+        highs.append(values[-1] if values else None)
+    return out_x, medians, lows, highs
 
 
 def add_line(figure: Any, xs: list[Any], ys: list[float | None], name: str) -> None:
-    dx, dy = _downsample(xs, ys)
+    """A line of ``ys``; past MAX_POINTS points, the buckets' medians inside a band from each
+    bucket's lowest to its highest value, so a spike stays in sight."""
+    if len(xs) <= MAX_POINTS:
+        figure.add_scatter(
+            x=xs,
+            y=ys,
+            mode="lines+markers" if len(xs) <= 100 else "lines",
+            name=label(name),
+            hovertext=plot_text(name),
+            hoverinfo="x+y+text",
+        )
+        return
+    dx, medians, lows, highs = downsample(xs, ys)
+    group = f"band {name}"
     figure.add_scatter(
-        x=dx,
-        y=dy,
-        mode="lines+markers" if len(dx) <= 100 else "lines",
-        name=label(name),
-        hovertext=plot_text(name),
-        hoverinfo="x+y+text",
-    )
+        x=dx, y=highs, mode="lines", line={"width": 0}, legendgroup=group, showlegend=False,
+        hovertext=plot_text(f"{name}: highest of {len(xs) // len(dx)}"), hoverinfo="x+y+text",
+    )  # fmt: skip
+    figure.add_scatter(
+        x=dx, y=lows, mode="lines", line={"width": 0}, fill="tonexty", legendgroup=group,
+        name=label(f"{name} (lowest to highest)"),
+        hovertext=plot_text(f"{name}: lowest"), hoverinfo="x+y+text",
+    )  # fmt: skip
+    figure.add_scatter(
+        x=dx, y=medians, mode="lines", name=label(f"{name} (median)"),
+        hovertext=plot_text(f"{name}: median"), hoverinfo="x+y+text",
+    )  # fmt: skip
+
+
+def mark_points(figure: Any, xs: list[Any], ys: list[float], name: str, color: str) -> None:
+    """The points ``xs``/``ys`` as markers of their own (steps a finding names)."""
+    if xs:
+        figure.add_scatter(
+            x=xs, y=ys, mode="markers", name=label(name), hovertext=plot_text(name),
+            hoverinfo="x+y+text", marker={"size": 8, "color": color, "symbol": "circle-open"},
+        )  # fmt: skip
 
 
 def mark_non_finite(figure: Any, points: list[tuple[Any, str]]) -> None:
@@ -168,6 +203,13 @@ def step_charts(charted: Charted) -> list[Chart]:
         ]
         add_line(step_times, xs, walls, name)
         add_line(stalls, xs, shares, name)
+        # The steps the findings name stay points of their own, however the line is cut.
+        slow = {n for f in step_findings.slow_steps("", timeline) for n in f.figures["slow_steps"]}
+        failed = {step.number for step in timeline.steps if is_error(step.span)}
+        for numbers, what, color in ((slow, "slow", SLOW_COLOR), (failed, "failed", ERROR_COLOR)):
+            chosen = [step for step in timeline.steps if step.number in numbers]
+            mark_points(step_times, [s.number for s in chosen], [s.wall_ns / 1e6 for s in chosen],
+                        f"{name}: {what} steps", color)  # fmt: skip
     step_times.update_layout(xaxis_title=semconv.STEP, yaxis_title="ms")
     stalls.update_layout(xaxis_title=semconv.STEP, yaxis_title="% of the step waiting for data")
     return [

@@ -112,10 +112,21 @@ def _chosen_runs(arguments: argparse.Namespace, *, steps: bool = False) -> list[
     """The runs ``--run`` picks (default: the latest), saying so when the folder holds more.
     ``steps``: for a question about steps (see :func:`_step_runs`)."""
     every = _step_runs(arguments.path) if steps else runs.runs_of(_spans(arguments.path))
+    chosen = _pick(every, arguments)
+    _say_which(every, chosen, arguments)
+    return chosen
+
+
+def _pick(every: list[runs.Listed], arguments: argparse.Namespace) -> list[runs.Listed]:
+    """The runs of ``every`` that ``--run`` picks."""
     try:
-        chosen = runs.pick(every, arguments.run)
+        return runs.pick(every, arguments.run)
     except LookupError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _say_which(every: list[Any], chosen: list[Any], arguments: argparse.Namespace) -> None:
+    """Say which run this is, when the folder holds more."""
     if len(every) > 1 and arguments.run != runs.ALL:
         numbers = ", ".join(str(every.index(run) + 1) for run in chosen)
         print(
@@ -124,7 +135,6 @@ def _chosen_runs(arguments: argparse.Namespace, *, steps: bool = False) -> list[
             "`cirron runs` lists them; --run N|ID|all picks another.",
             file=sys.stderr,
         )
-    return chosen
 
 
 def _chosen(arguments: argparse.Namespace) -> list[Any]:
@@ -169,10 +179,7 @@ def _outline(arguments: argparse.Namespace) -> str | None:
     path = arguments.path
     _files(path)
     every = run_index.listed_runs(path)
-    try:
-        chosen = runs.pick(every, arguments.run)
-    except LookupError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    chosen = _pick(every, arguments)
     steps = sum(run.steps for run in chosen)
     if steps <= outline.SHOWN_STEPS:
         return None
@@ -180,14 +187,7 @@ def _outline(arguments: argparse.Namespace) -> str | None:
     tables = [t for t in step_table.step_tables(path, indexed_only=True) if t.key in keys]
     if len(tables) < len(keys):
         return None  # a process the index does not cover: every span
-    if len(every) > 1 and arguments.run != runs.ALL:
-        numbers = ", ".join(str(every.index(run) + 1) for run in chosen)
-        print(
-            f"cirron: {len(every)} runs in {path}; this is run {numbers} "
-            f"({'the latest' if arguments.run is None else 'as asked'}). "
-            "`cirron runs` lists them; --run N|ID|all picks another.",
-            file=sys.stderr,
-        )
+    _say_which(every, chosen, arguments)
     sessions = {
         session["id"]
         for run in chosen
@@ -399,7 +399,7 @@ def report(arguments: argparse.Namespace) -> int:
     count = sum(run.span_count for run in chosen)
     page = build(chosen, f"cirron run report: {os.path.abspath(arguments.path)}")
     files.write_output(arguments.output, lambda stream: stream.write(page))
-    print(f"cirron: report of {count} spans written to {arguments.output}", file=sys.stderr)
+    print(f"cirron: report of {count:,} spans written to {arguments.output}", file=sys.stderr)
     return 0
 
 

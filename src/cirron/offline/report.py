@@ -237,7 +237,7 @@ def build(
         f"<title>{_escape(title)}</title><style>{STYLE}</style>",
         f"<script>{plotly.offline.get_plotlyjs()}</script></head><body>",
         f"<h1>{_escape(title)}</h1>",
-        f"<p>{charted.span_count} spans from {len(charted.timelines)} process(es){runs}.</p>",
+        f"<p>{charted.span_count:,} spans from {len(charted.timelines)} process(es){runs}.</p>",
         _comparison(compared) if compared is not None else "",
         "<h2>Findings</h2>",
         _findings(chosen, anchors),

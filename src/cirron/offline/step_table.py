@@ -52,7 +52,7 @@ class StepTable:
     traces: list[tuple[int, str]] = field(default_factory=list)  # (row, trace id) from there
     parts: dict[str, array] = field(default_factory=lambda: {p: array("q") for p in PARTS})
     attributes: dict[str, dict[int, Any]] = field(default_factory=dict)  # key -> row -> value
-    marks: dict[str, list[tuple[int, float, int]]] = field(default_factory=dict)
+    marks: dict[str, Marks] = field(default_factory=dict)
     _parents_seen: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
@@ -90,10 +90,9 @@ class StepTable:
             for row, value in unpack(packed, starts, walls):
                 held[offset + row] = _number(value)
         for name, packed in rows["marks"].items():
-            self.marks.setdefault(name, []).extend(
-                (offset + row, _number(value), time)
-                for row, value, time in unpack(packed, starts, walls)
-            )
+            held_marks = self.marks.setdefault(name, Marks())
+            for row, value, time in unpack(packed, starts, walls):
+                held_marks.add(offset + row, _number(value), time)
 
     def whole_ids(self) -> set[str]:
         """The span ids of the rows that stand for their spans."""
@@ -106,10 +105,6 @@ class StepTable:
         for name, marks in self.marks.items():
             for row, value, time in marks:
                 events.setdefault(row, []).append(RowEvent(name, value, time))
-        attributes: dict[int, dict[str, Any]] = {}
-        for key, values in self.attributes.items():
-            for row, value in values.items():
-                attributes.setdefault(row, {})[key] = value
         trace_rows = [row for row, _trace in self.traces]
         trace_ids = [int(trace, 16) for _row, trace in self.traces]
         parents: dict[tuple[int, str], SpanContext] = {}  # one for the steps of an epoch
@@ -119,8 +114,6 @@ class StepTable:
                 continue
             at = bisect.bisect_right(trace_rows, row) - 1
             trace = trace_ids[at] if at >= 0 else 0
-            own = {semconv.INDEX: self.index[row]} if self.index[row] >= 0 else {}
-            own.update(attributes.get(row, ()))
             parent = self.parents[row]
             above = None
             if parent:
@@ -134,7 +127,7 @@ class StepTable:
                     above,
                     self.start[row],
                     self.start[row] + self.wall[row],
-                    own,
+                    self,
                     tuple(events.get(row, ())),
                     _OK if self.status[row] == 1 else _UNSET,
                     resource,
@@ -142,6 +135,14 @@ class StepTable:
                 )
             )
         return found
+
+    def attributes_of(self, row: int) -> dict[str, Any]:
+        """The attributes of ``row``'s span that the row holds: its index and numbers."""
+        own = {semconv.INDEX: self.index[row]} if self.index[row] >= 0 else {}
+        for key, values in self.attributes.items():
+            if row in values:
+                own[key] = values[row]
+        return own
 
     def rows_of(self, kind: int) -> list[int]:
         """The rows of ``kind`` (:data:`STEP` or :data:`BATCH`) in start order."""
@@ -164,6 +165,27 @@ class StepTable:
 
 
 _UNSET, _OK = Status(StatusCode.UNSET), Status(StatusCode.OK)
+
+
+class Marks:
+    """The values of one mark, a row each: rows and times as arrays, values as given."""
+
+    __slots__ = ("rows", "values", "times")
+
+    def __init__(self) -> None:
+        self.rows, self.times = array("q"), array("q")
+        self.values: list[Any] = []
+
+    def add(self, row: int, value: Any, time: int) -> None:
+        self.rows.append(row)
+        self.values.append(value)
+        self.times.append(time)
+
+    def __iter__(self) -> Iterator[tuple[int, Any, int]]:
+        return zip(self.rows, self.values, self.times, strict=True)
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
 
 class RowEvent:
@@ -189,11 +211,11 @@ class RowSpan:
         "parent",
         "start_time",
         "end_time",
-        "attributes",
         "events",
         "status",
         "resource",
         "row",
+        "table",
     )
     links: tuple[Any, ...] = ()
     kind = SpanKind.INTERNAL
@@ -205,7 +227,7 @@ class RowSpan:
         parent: SpanContext | None,
         start_time: int,
         end_time: int,
-        attributes: dict[str, Any],
+        table: StepTable,
         events: tuple[RowEvent, ...],
         status: Status,
         resource: Any,
@@ -213,13 +235,12 @@ class RowSpan:
     ) -> None:
         self.name, self.context, self.parent = name, context, parent
         self.start_time, self.end_time = start_time, end_time
-        self.attributes, self.events, self.status, self.resource = (
-            attributes,
-            events,
-            status,
-            resource,
-        )
-        self.row = row  # in its process's step table
+        self.events, self.status, self.resource = events, status, resource
+        self.row, self.table = row, table  # its row in its process's step table
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        return self.table.attributes_of(self.row)  # made when asked: a million steps hold none
 
     def get_span_context(self) -> SpanContext:
         return self.context
@@ -341,23 +362,9 @@ def _read_rows(directory: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def _members(folder: str) -> Iterator[dict[str, Any]]:
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(spool_index.STEPS_SUFFIX))
-    except OSError:
-        return
-    for name in names:
-        try:
-            with open(os.path.join(folder, name), "rb") as stream:
-                data, _damage = spool_reader.inflate(stream.read())
-        except OSError:
-            continue
-        for raw in data.split(b"\n"):
-            try:
-                rows = json.loads(raw)
-            except ValueError:
-                continue
-            if _well_formed(rows):
-                yield rows
+    for rows in spool_index.json_lines(folder, spool_index.STEPS_SUFFIX):
+        if _well_formed(rows):
+            yield rows
 
 
 _COLUMNS = COLUMNS

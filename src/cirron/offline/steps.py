@@ -70,7 +70,7 @@ def _acyclic_parents(spans: list[Any], by_id: dict[int, Any]) -> dict[int, Any]:
     return parents
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     number: int  # 0, 1, ... across the run (this process's)
     span: Any
@@ -182,9 +182,8 @@ class Timeline:
         if known is not None:
             return known
         row = self._row(step)
-        if row is not None:
-            self._parts[step.number] = totals = self._table.part_times(row)
-            return totals  # type: ignore[no-any-return]
+        if row is not None:  # read from the row each time: a million cached dicts weigh 300 MB
+            return self._table.part_times(row)  # type: ignore[no-any-return]
         totals = dict.fromkeys((*semconv.STEP_PARTS, OTHER), 0)
 
         def walk(span: Any, current: str | None) -> None:
