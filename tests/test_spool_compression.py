@@ -208,3 +208,31 @@ def test_spool_text_of_both_kinds(compressed, plain):
     for path in (compressed, plain):
         first = path / "spool" / names(path)[0]
         assert json.loads(spool_text(first))["resourceSpans"]
+
+
+def test_a_corrupt_stream_never_gives_a_span_that_differs_from_the_one_written(compressed):
+    """Past a corruption, deflate gives garbage that may still read as JSON: wherever the
+    stream is hit, what is read is what was written."""
+    name = compressed / "spool" / names(compressed)[1]
+    data = name.read_bytes()
+    written = {span.context.span_id: span for span in spool_reader.read_file(str(name)).spans}
+    for offset in range(len(data) // 5, len(data) - 20, max(1, len(data) // 40)):
+        hit = (
+            data[:offset] + bytes(b ^ 0x5A for b in data[offset : offset + 8]) + data[offset + 8 :]
+        )
+        damaged_file = name.with_name("9-000001.json.gz")
+        damaged_file.write_bytes(hit)
+        try:
+            read = spool_reader.read_file(str(damaged_file))
+        finally:
+            damaged_file.unlink()
+        assert read.problem is not None
+        for span in read.spans:
+            original = written[span.context.span_id]
+            assert (span.name, span.start_time, span.end_time, span.attributes, span.parent) == (
+                original.name,
+                original.start_time,
+                original.end_time,
+                original.attributes,
+                original.parent,
+            ), offset

@@ -244,7 +244,7 @@ def _load(name: str, repair: bool, keep: Any = None) -> tuple[Any, str | None, b
     if damage is None and document is None:
         document, reason = _parse(text)
     if reason is not None:
-        document = salvage(text)
+        document = salvage(text, stream=reason.startswith(CORRUPT))
         if document is None:
             return None, reason, False
         count = sum(len(s["spans"]) for r in document["resourceSpans"] for s in r["scopeSpans"])
@@ -302,7 +302,7 @@ def inflate(data: bytes) -> tuple[bytes, str | None]:
             out.append(inflater.decompress(data))
         except zlib.error as error:  # again in small pieces, to keep what came before it
             out.append(_inflated_before_damage(data))
-            return b"".join(out), f"a corrupt compressed stream ({error})"
+            return b"".join(out), f"{CORRUPT} ({error})"
         if not inflater.eof:
             return b"".join(out), "the compressed stream is cut short"
         data = inflater.unused_data
@@ -323,18 +323,25 @@ def _inflated_before_damage(data: bytes) -> bytes:
     return b"".join(out)
 
 
+_MARGIN = 2  # span lines left before the first that does not read, in a corrupt stream
+CORRUPT = "a corrupt compressed stream"
 # What a line of cirron's spool that opens a scope's spans ends with (see otlp_json).
 _SPANS_OPEN = '"spans":['
 _RESOURCE_OPEN = '{"resource":'
 
 
-def salvage(text: str) -> dict[str, Any] | None:
+def salvage(text: str, stream: bool = False) -> dict[str, Any] | None:
     """The request of the whole span lines of ``text``, a spool file cirron wrote (a span a
     line, each scope's resource and scope on the line that opens its spans) that is cut
-    short or damaged; None when no span line reads (a file written otherwise)."""
+    short or damaged; None when no span line reads (a file written otherwise).
+
+    ``stream``: ``text`` is what a corrupt compressed stream inflated to. Past the damage it
+    is garbage that may still read as JSON, and the damage may begin a line or two before
+    the first line that does not read: the spans end :data:`_MARGIN` lines before it.
+    """
     resource_spans: list[dict[str, Any]] = []
     spans: list[Any] | None = None  # of the scope being read
-    found = 0
+    read: list[list[Any]] = []  # the lists spans went into, in order
     for line in text.split("\n"):
         if line.endswith(_SPANS_OPEN):
             spans = _open_scope(line, resource_spans)
@@ -344,11 +351,15 @@ def salvage(text: str) -> dict[str, Any] | None:
         try:
             span = json.loads(line[:-1] if line.endswith(",") else line)
         except (ValueError, RecursionError):
+            if stream:
+                for held in read[-_MARGIN:]:
+                    held.pop()
+                break
             continue  # the line the damage is in
         if isinstance(span, dict):
             spans.append(span)
-            found += 1
-    if not found:
+            read.append(spans)
+    if not any(scope["spans"] for r in resource_spans for scope in r["scopeSpans"]):
         return None
     for entry in resource_spans:
         entry["scopeSpans"] = [scope for scope in entry["scopeSpans"] if scope["spans"]]
