@@ -1,0 +1,63 @@
+"""The report of a long run stays small and keeps its anomalies: opened in a real browser
+(Chromium), its step chart is a band of buckets with the slow steps marked."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import cirron
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+STEPS = 30_000
+
+
+@pytest.fixture(scope="module")
+def long_spool(tmp_path_factory) -> Path:
+    """A synthetic spool of a plain torch loop of 30,000 steps, every 997th five times slower
+    (the benchmark's: written directly, with its index, as cirron writes them)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.long_runs import SLOW_EVERY, write_spool
+    finally:
+        sys.path.remove(str(ROOT))
+    folder = tmp_path_factory.mktemp("long-report")
+    write_spool(folder / ".cirron", STEPS)
+    assert STEPS // SLOW_EVERY == 30
+    return folder
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="needs Debian's chromium (scripts/setup.sh installs it)"
+)
+def test_a_long_runs_report_is_small_and_shows_its_slow_steps(long_spool, tmp_path):
+    report = tmp_path / "report.html"
+    result = cirron("report", "-o", str(report), cwd=long_spool)
+    assert result.returncode == 0, result.stderr
+    assert f"report of {5 * STEPS + STEPS // 1000 + 1:,} spans" in result.stderr  # steps, epochs
+    assert report.stat().st_size < 10 * 2**20
+    text = report.read_text()
+    assert "30 steps took more than 3x the median step" in text
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        "--virtual-time-budget=15000",
+    ]  # fmt: skip
+    dom = subprocess.run(
+        [CHROMIUM, *flags, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+         report.as_uri()],
+        capture_output=True, text=True, timeout=180,
+    ).stdout  # fmt: skip
+    chart = dom.split('id="step-times-chart"', 1)[1].split('id="stalls-chart"', 1)[0]
+    # Drawn: the band, the bucket medians, and the 30 slow steps as markers of their own.
+    assert "(lowest to highest)" in chart and "(median)" in chart
+    assert "slow steps" in chart
+    markers = re.findall(r'class="point"', chart)
+    assert len(markers) >= 30
