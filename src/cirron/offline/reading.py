@@ -40,11 +40,12 @@ def read_runs(
     )
     tables = {table.key: table for table in _tables(path, lines)}
     steps = set().union(*(table.ids for table in tables.values())) if tables else set()
-    whole = set().union(*(table.whole_ids() for table in tables.values())) if tables else set()
+    # The few rows that do not stand for their spans (a million steps: one set, not two).
+    partial = set().union(*(table.partial_ids() for table in tables.values())) if tables else set()
     spans: list[Any] = []
     for table in tables.values():  # the steps their rows stand for
         spans += table.row_spans(Resource(table.resource))
-    keep = _Keep(steps, whole) if tables else None
+    keep = _Keep(steps, partial) if tables else None
     passed_over: dict[tuple[Any, ...], int] = {}
     for name in spool_reader.spool_files(path):
         if keep is not None:
@@ -86,8 +87,8 @@ class _Keep:
     """Whether to decode a span (an OTLP/JSON dict): not when its row stands for it, nor
     when it only makes a part of a step whose row is read (counted in ``passed_over``)."""
 
-    def __init__(self, steps: set[str], whole: set[str]) -> None:
-        self.steps, self.whole = steps, whole
+    def __init__(self, steps: set[str], partial: set[str]) -> None:
+        self.steps, self.partial = steps, partial
         self.parts = frozenset(semconv.STEP_PARTS)
         self.rows = frozenset((semconv.STEP, semconv.BATCH))
         self.passed_over = 0
@@ -108,7 +109,7 @@ class _Keep:
             return True
         name = line[at + 9 : end]
         if name in self.rows:
-            return span_id not in self.whole
+            return span_id not in self.steps or span_id in self.partial
         if (
             name in self.parts
             and parent in self.steps
@@ -123,7 +124,8 @@ class _Keep:
     def __call__(self, span: dict[str, Any]) -> bool:
         name = span.get("name")
         if name in self.rows:
-            return span.get("spanId") not in self.whole
+            span_id = span.get("spanId")
+            return span_id not in self.steps or span_id in self.partial
         if (
             name in self.parts
             and span.get("parentSpanId") in self.steps

@@ -94,17 +94,13 @@ class StepTable:
             for row, value, time in unpack(packed, starts, walls):
                 held_marks.add(offset + row, _number(value), time)
 
-    def whole_ids(self) -> set[str]:
-        """The span ids of the rows that stand for their spans."""
-        return {span_id for span_id, whole in zip(self.ids, self.whole, strict=True) if whole}
+    def partial_ids(self) -> set[str]:
+        """The span ids of the rows that do not stand for their spans."""
+        return {span_id for span_id, whole in zip(self.ids, self.whole, strict=True) if not whole}
 
     def row_spans(self, resource: Any) -> list[RowSpan]:
         """A span for each row that stands for its span: what the findings read of a step
         span, from the row (its resource: ``resource``, the process's)."""
-        events: dict[int, list[RowEvent]] = {}
-        for name, marks in self.marks.items():
-            for row, value, time in marks:
-                events.setdefault(row, []).append(RowEvent(name, value, time))
         trace_rows = [row for row, _trace in self.traces]
         trace_ids = [int(trace, 16) for _row, trace in self.traces]
         parents: dict[tuple[int, str], SpanContext] = {}  # one for the steps of an epoch
@@ -125,16 +121,23 @@ class StepTable:
                     semconv.BATCH if self.kind[row] == BATCH else semconv.STEP,
                     SpanContext(trace, int(span_id, 16), False),
                     above,
-                    self.start[row],
-                    self.start[row] + self.wall[row],
                     self,
-                    tuple(events.get(row, ())),
-                    _OK if self.status[row] == 1 else _UNSET,
-                    resource,
                     row,
+                    resource,
                 )
             )
         return found
+
+    def events_of(self, row: int) -> tuple[RowEvent, ...]:
+        """The marks of ``row``'s span, as span events."""
+        found = []
+        for name, marks in self.marks.items():
+            at = bisect.bisect_left(marks.rows, row)
+            while at < len(marks.rows) and marks.rows[at] == row:
+                found.append(RowEvent(name, marks.values[at], marks.times[at]))
+                at += 1
+        found.sort(key=lambda event: event.timestamp)
+        return tuple(found)
 
     def attributes_of(self, row: int) -> dict[str, Any]:
         """The attributes of ``row``'s span that the row holds: its index and numbers."""
@@ -205,18 +208,8 @@ class RowSpan:
     """A step span stood in for by its row: the fields of an SDK ``ReadableSpan`` that the
     findings, the charts and the ranks read, and nothing else (no links, no scope)."""
 
-    __slots__ = (
-        "name",
-        "context",
-        "parent",
-        "start_time",
-        "end_time",
-        "events",
-        "status",
-        "resource",
-        "row",
-        "table",
-    )
+    # What it holds; the rest is read from its row when asked: a million steps hold only this.
+    __slots__ = ("name", "context", "parent", "table", "row", "resource")
     links: tuple[Any, ...] = ()
     kind = SpanKind.INTERNAL
 
@@ -225,22 +218,32 @@ class RowSpan:
         name: str,
         context: SpanContext,
         parent: SpanContext | None,
-        start_time: int,
-        end_time: int,
         table: StepTable,
-        events: tuple[RowEvent, ...],
-        status: Status,
-        resource: Any,
         row: int,
+        resource: Any,
     ) -> None:
         self.name, self.context, self.parent = name, context, parent
-        self.start_time, self.end_time = start_time, end_time
-        self.events, self.status, self.resource = events, status, resource
-        self.row, self.table = row, table  # its row in its process's step table
+        self.table, self.row, self.resource = table, row, resource
+
+    @property
+    def start_time(self) -> int:
+        return self.table.start[self.row]  # type: ignore[no-any-return]
+
+    @property
+    def end_time(self) -> int:
+        return self.table.start[self.row] + self.table.wall[self.row]  # type: ignore[no-any-return]
 
     @property
     def attributes(self) -> dict[str, Any]:
-        return self.table.attributes_of(self.row)  # made when asked: a million steps hold none
+        return self.table.attributes_of(self.row)
+
+    @property
+    def events(self) -> tuple[RowEvent, ...]:
+        return self.table.events_of(self.row)
+
+    @property
+    def status(self) -> Status:
+        return _OK if self.table.status[self.row] == 1 else _UNSET
 
     def get_span_context(self) -> SpanContext:
         return self.context
