@@ -267,8 +267,9 @@ _ACCEPTS: dict[str, Callable[[], str]] = {
     "_output": lambda: "one or a list of " + ", ".join(_code(n) for n in settings.SINK_NAMES),
     "_step_sampling": lambda: "two ints `(K, N)`; in the environment `K,N`",
     "_flag": lambda: "`True` or `False`; in the environment `true` or `false`",
-    "_spool_compression": lambda: " or ".join(_code(c) for c in settings.SPOOL_COMPRESSIONS)
-    + " (`False`: `none`)",
+    "_spool_compression": lambda: (
+        " or ".join(_code(c) for c in settings.SPOOL_COMPRESSIONS) + " (`False`: `none`)"
+    ),
     "_capture": lambda: (
         'a dict of `text` (bool), `tensors` (`"shapes"` or bool), `max_chars` (int), `where` ('
         + ", ".join(_code(f) for f in settings.CAPTURE_FORMS)
