@@ -7,6 +7,7 @@ and compared with the tensors and texts transformers itself returned.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from pathlib import Path
@@ -220,9 +221,14 @@ def test_a_chat_pipeline_call_is_a_chat_span(profiled):
 
 # -- capture: off by default, on when asked, secrets never ------------------------------------------
 def _everything_written(directory: Path) -> str:
-    return "\n".join(
-        path.read_text(errors="replace") for path in directory.rglob("*") if path.is_file()
-    )
+    """The text of every file under ``directory``, gzip-compressed ones inflated (the spool)."""
+    texts = []
+    for path in directory.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+            texts.append(data.decode("utf-8", errors="replace"))
+    return "\n".join(texts)
 
 
 def _run_a_pipeline_and_a_generate(prompt: str) -> None:

@@ -194,7 +194,7 @@ class Profiler:
             metrics=metrics.health() if metrics is not None else {},
             spool_bytes=getattr(spool, "bytes_written", 0),
             spool_full=getattr(spool, "full", False),
-            spool_index_errors=getattr(getattr(spool, "index", None), "errors", 0),
+            spool_index_errors=getattr(getattr(spool, "index_writer", None), "errors", 0),
             buffer_capacity=processor.capacity if processor else 0,
             buffer_used=processor.buffer_used if processor else 0,
             trace_evicted=store.evicted if store else 0,

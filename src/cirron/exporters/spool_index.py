@@ -82,7 +82,9 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
                     "start": began,
                     "id": format(span.get_span_context().span_id, "016x"),
                     "trace": format(span.get_span_context().trace_id, "032x"),
-                    "frameworks": [str(f) for f in (span.attributes or {}).get("framework") or ()],
+                    "frameworks": [
+                        str(f) for f in (span.attributes or {}).get(semconv.FRAMEWORK) or ()
+                    ],
                 }
             )
     return {

@@ -21,6 +21,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from opentelemetry.trace import StatusCode
+
 from ..otel import semconv
 from ..otel.spans import ScopeSpan, span_ids
 
@@ -68,7 +70,7 @@ class StepFold:
 
     def __init__(self) -> None:
         self._pending: dict[int, Summary] = {}
-        self._trace = ""
+        self._trace: int | None = None
 
     def rows(self, spans: Sequence[Any]) -> dict[str, Any] | None:
         """The rows of the steps among ``spans`` (in the order they ended), as columns; None
@@ -77,7 +79,7 @@ class StepFold:
         attributes: dict[str, list[list[Any]]] = {}
         marks: dict[str, list[list[Any]]] = {}
         traces: list[list[Any]] = []
-        self._trace = ""  # each flush's rows name their first trace
+        self._trace = None  # each flush's rows name their first trace
         resource = None
         pending = self._pending
         for span in sorted(spans, key=_end_key):
@@ -140,43 +142,63 @@ class StepFold:
     ) -> None:
         """Append ``span``'s row. ``whole``: the row holds all of the span a step's figures
         read (numeric attributes, number marks, no error, no link), so a reader may stand the
-        row in for the span; ``traces``: the trace id where it changes from the row before."""
+        row in for the span; ``traces``: the trace id where it changes from the row before.
+
+        On the sink's thread for every step: fields are read directly (SDK spans and cirron's
+        keep them so), not through properties that copy them."""
         row = len(columns["id"])
-        start, end = span.start_time, span.end_time
-        own = span.attributes or {}
-        columns["id"].append(format(span_id, "016x"))
-        columns["parent"].append(format(parent_id, "016x") if parent_id is not None else None)
-        columns["kind"].append(_ROW_NAMES[span.name])
+        start, end = span._start_time, span._end_time
+        own = span._attributes or {}
+        status = span._status.status_code is StatusCode.ERROR
+        columns["id"].append(span_id)
+        columns["parent"].append(parent_id)
+        columns["kind"].append(_ROW_NAMES[span._name])
         index = own.get(semconv.INDEX)
-        columns["index"].append(index if isinstance(index, int) else None)
+        columns["index"].append(index if type(index) is int else None)
         columns["start"].append(start)
         columns["wall"].append(end - start if end is not None else 0)
-        columns["status"].append(span.status.status_code.value)
-        for position, part in enumerate(PARTS):  # the walk from the step is in no part
-            columns[part].append(below[position] if below is not None else 0)
-        waits = bool(below is not None and below[_WAITS_AT]) or semconv.DATA_LOAD_NS in own
-        columns["waits"].append(int(waits))
-        whole = end is not None and columns["status"][-1] != _ERROR and not span.links
-        whole = whole and not (span.dropped_attributes or span.dropped_events)
+        columns["status"].append(span._status.status_code.value)
+        if below is None:
+            for part in PARTS:
+                columns[part].append(0)
+            waits = semconv.DATA_LOAD_NS in own
+        else:  # the walk from the step is in no part: context 0
+            for position, part in enumerate(PARTS):
+                columns[part].append(below[position])
+            waits = bool(below[_WAITS_AT]) or semconv.DATA_LOAD_NS in own
+        columns["waits"].append(1 if waits else 0)
+        whole = end is not None and not status and not span._links
+        if whole and type(span) is not ScopeSpan:  # (cirron's own spans drop nothing)
+            whole = not (span.dropped_attributes or span.dropped_events)
         for key, value in own.items():
-            if key != semconv.INDEX and isinstance(value, (int, float)):  # bools too
-                attributes.setdefault(key, []).append([row, _number(value)])
-            elif key != semconv.INDEX or not isinstance(index, int):
+            if key == semconv.INDEX and type(index) is int:
+                continue
+            kind = type(value)
+            if kind is int or kind is float or kind is bool or isinstance(value, (int, float)):
+                found = attributes.get(key)
+                if found is None:
+                    found = attributes[key] = []
+                found.append([row, _number(value)])
+            else:
                 whole = False  # a text, a list: only its span has it
-        for event in span.events:
-            held = event.attributes or {}
+        for event in span._events:
+            held = event._attributes or {}
             value = held.get(semconv.MARK_VALUE)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                marks.setdefault(event.name, []).append([row, _number(value), event.timestamp])
-                whole = whole and len(held) == 1
+            kind = type(value)
+            if kind is float or kind is int:
+                found = marks.get(event._name)
+                if found is None:
+                    found = marks[event._name] = []
+                found.append([row, _number(value), event._timestamp])
+                if len(held) != 1:
+                    whole = False
             else:
                 whole = False  # an exception, a mark of text
-        columns["whole"].append(int(whole))
-        trace_id = span._trace_id if type(span) is ScopeSpan else span.get_span_context().trace_id
-        trace = format(trace_id, "032x")
+        columns["whole"].append(1 if whole else 0)
+        trace = span._trace_id if type(span) is ScopeSpan else span.get_span_context().trace_id
         if trace != self._trace:
             self._trace = trace
-            traces.append([row, trace])
+            traces.append([row, format(trace, "032x")])
 
 
 # -- packing: numbers that compress (what follows is mostly the same small numbers) ---------
@@ -184,6 +206,8 @@ def pack_rows(columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """``start`` as the gap since the previous row's end (0 for steps that abut), ``index``
     as the step from the previous row's (1 for consecutive steps); see :func:`unpack_rows`."""
     packed = dict(columns)
+    packed["id"] = [f"{span_id:016x}" for span_id in columns["id"]]
+    packed["parent"] = [None if p is None else f"{p:016x}" for p in columns["parent"]]
     starts, walls = columns["start"], columns["wall"]
     packed["start"] = [starts[0]] + [
         starts[row] - starts[row - 1] - walls[row - 1] for row in range(1, len(starts))
