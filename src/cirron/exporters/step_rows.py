@@ -38,19 +38,30 @@ _ERROR = 2  # StatusCode.ERROR's value
 COLUMNS = ("id", "parent", "kind", "index", "start", "wall", "status", "waits", "whole", *PARTS)
 
 # A summary, flat: [context * NP + part] for the NP parts in each of the contexts, then a
-# count of the data_load spans below.
+# count of the data_load spans below, then the time of the part spans with nothing below
+# them (the common case: a step's forward, backward, ...) by part, kept apart because what
+# such a span adds in each context follows from its part and time alone (:func:`_context`).
 NP = len(PARTS)
 _WAITS_AT = _CONTEXTS * NP
-_SIZE = _WAITS_AT + 1
+_LEAVES_AT = _WAITS_AT + 1
+_SIZE = _LEAVES_AT + NP
 Summary = list[int]
-# What a part span of part k adds to its parent's summary, its own subtree aside: its time to
-# part k in every context but its own, taken from the part that context is inside.
-_BOUNDARY = [
-    [(context * NP + part, 1) for context in range(_CONTEXTS) if context != part + 1]
-    + [(context * NP + context - 1, -1) for context in range(1, _CONTEXTS) if context != part + 1]
-    for part in range(NP)
-]
 _DATA_LOAD = _PART[semconv.DATA_LOAD]
+
+
+def _context(summary: Summary, context: int) -> list[int]:
+    """What ``summary`` adds to each part in ``context`` (0: in no part, k + 1: in part k):
+    a part span adds its time to its part, taken from the part the context is inside, unless
+    that is its own."""
+    at = context * NP
+    found = summary[at : at + NP]
+    for part in range(NP):
+        took = summary[_LEAVES_AT + part]
+        if took and context != part + 1:
+            found[part] += took
+            if context:
+                found[context - 1] -= took
+    return found
 
 
 def _number(value: Any) -> Any:
@@ -104,16 +115,15 @@ class StepFold:
                     if value:
                         target[position] += value
                 continue
-            if below is not None:  # inside it, the walk is in its part
-                inner = (part + 1) * NP
+            if below is not None:  # inside it, the walk is in its part, in every context
+                inner = _context(below, part + 1)
                 for context in range(_CONTEXTS):
                     at = context * NP
                     for position in range(NP):
-                        target[at + position] += below[inner + position]
+                        target[at + position] += inner[position]
                 target[_WAITS_AT] += below[_WAITS_AT]
-            took = span._end_time - span._start_time if span._end_time is not None else 0
-            for position, sign in _BOUNDARY[part]:
-                target[position] += sign * took
+            end = span._end_time
+            target[_LEAVES_AT + part] += end - span._start_time if end is not None else 0
             if part == _DATA_LOAD:
                 target[_WAITS_AT] += 1
         if resource is None:
@@ -163,8 +173,9 @@ class StepFold:
                 columns[part].append(0)
             waits = semconv.DATA_LOAD_NS in own
         else:  # the walk from the step is in no part: context 0
+            totals = _context(below, 0)
             for position, part in enumerate(PARTS):
-                columns[part].append(below[position])
+                columns[part].append(totals[position])
             waits = bool(below[_WAITS_AT]) or semconv.DATA_LOAD_NS in own
         columns["waits"].append(1 if waits else 0)
         whole = end is not None and not status and not span._links
