@@ -146,7 +146,7 @@ class _Process:
             loss: float, loss_at: int) -> None:  # fmt: skip
         """A step's row in the index, as cirron's spool exporter folds it from the spans."""
         self.losses.append([len(self.rows["id"]), loss, loss_at])
-        for key, value in (("id", step), ("parent", parent), ("kind", 0), ("index", index),
+        for key, value in (("id", int(step, 16)), ("parent", int(parent, 16)), ("kind", 0), ("index", index),
                            ("start", start), ("wall", wall), ("status", 0), ("waits", 1),
                            ("whole", 1),
                            *zip(step_rows.PARTS, parts, strict=True)):  # fmt: skip
