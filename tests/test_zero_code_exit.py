@@ -45,8 +45,9 @@ UNTIL_KILLED = (
 
 
 def environment(**extra: str) -> dict[str, str]:
+    # PYTHONFAULTHANDLER: a child that does not end says where each of its threads is (below).
     return support.clean_environment(
-        OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none", **extra
+        OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none", PYTHONFAULTHANDLER="1", **extra
     )
 
 
@@ -77,8 +78,12 @@ def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, st
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
+        process.send_signal(signal.SIGABRT)  # the fault handler prints every thread's stack
+        try:
+            output, _ = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
         raise AssertionError(f"did not end within {timeout}s: {output}") from None
     return process.returncode, output
 
