@@ -110,12 +110,11 @@ def spool_files(path: str = ".cirron") -> list[str]:
     try:
         with os.scandir(folder) as entries:
             for entry in entries:
-                match = SPOOL_NAME.fullmatch(entry.name)
-                if match and _file_like(entry):
-                    found.append(((int(match[1]), int(match[2])), entry.path))
+                if SPOOL_NAME.fullmatch(entry.name) and _file_like(entry):
+                    found.append(entry.path)
     except OSError:  # no such folder (or not one)
         return []
-    return [name for _order, name in sorted(found)]
+    return sorted(found, key=spool_files_order)
 
 
 def spool_files_order(name: str) -> tuple[int, int, str]:
@@ -267,6 +266,24 @@ def _parse(text: str) -> tuple[Any, str | None]:
 
 
 _SPAN_LINE = '{"traceId":"'
+
+
+def span_line_ids(line: str) -> tuple[str, str | None, str] | None:
+    """(span id, parent span id or None, name) of a span line as cirron's encoder writes it
+    (trace id, span id, parent id, name first), read without parsing it; None for a line laid
+    out otherwise (or a name with an escape in it): parse that one."""
+    if line[44:56] != '","spanId":"':
+        return None
+    span_id = line[56:72]
+    if line.startswith(',"parentSpanId":"', 73):
+        parent, rest = line[90:106], 107
+    else:
+        parent, rest = None, 73
+    at = line.find(',"name":"', rest)
+    end = line.find('"', at + 9)
+    if at < 0 or end < 0 or line[end - 1] == "\\":
+        return None
+    return span_id, parent, line[at + 9 : end]
 
 
 def _parse_kept_lines(text: str, keep_line: Callable[[str], bool]) -> Any:

@@ -149,19 +149,17 @@ def read_outlined(
         spans += read.spans
     # What was below a span left out (a forward under an optimizer_step under a step) ends
     # before it, so it was read before its parent was known to be left out.
-    left_out = set(keep.left_out)
+    left_out: set[str | None] = set(keep.left_out)
     while True:
-        kept = [span for span in spans if _parent_hex(span) not in left_out]
-        if len(kept) == len(spans):
-            return kept
-        left_out |= {format(span.context.span_id, "016x") for span in spans} - {
-            format(span.context.span_id, "016x") for span in kept
-        }
-        spans = kept
+        below = {_hex(span.context) for span in spans if _hex(span.parent) in left_out}
+        if not below:
+            return spans
+        left_out |= below
+        spans = [span for span in spans if _hex(span.context) not in below]
 
 
-def _parent_hex(span: Any) -> str | None:
-    return format(span.parent.span_id, "016x") if span.parent is not None else None
+def _hex(context: Any) -> str | None:
+    return format(context.span_id, "016x") if context is not None else None
 
 
 class _Keep:
@@ -172,11 +170,8 @@ class _Keep:
         self.left_out: set[str] = set()
 
     def line(self, line: str) -> bool:
-        if line[44:56] != '","spanId":"':
-            return True
-        span_id = line[56:72]
-        parent = line[90:106] if line.startswith(',"parentSpanId":"', 73) else None
-        return self._keep(span_id, parent)
+        ids = spool_reader.span_line_ids(line)
+        return True if ids is None else self._keep(ids[0], ids[1])
 
     def __call__(self, span: dict[str, Any]) -> bool:
         return self._keep(span.get("spanId"), span.get("parentSpanId"))

@@ -94,45 +94,21 @@ class _Keep:
         self.passed_over = 0
 
     def line(self, line: str) -> bool:
-        """The same, asked of a span's line as cirron's encoder writes it (trace id, span id,
-        parent id, name first), before it is parsed."""
-        if line[44:56] != '","spanId":"':
+        """The same, asked of a span's line before it is parsed."""
+        ids = spool_reader.span_line_ids(line)
+        if ids is None:
             return True  # not laid out as ours: parse it, and ask of the dict
-        span_id = line[56:72]
-        if line.startswith(',"parentSpanId":"', 73):
-            parent, rest = line[90:106], 107
-        else:
-            parent, rest = None, 73
-        at = line.find(',"name":"', rest)
-        end = line.find('"', at + 9)
-        if at < 0 or end < 0 or line[end - 1] == "\\":
-            return True
-        name = line[at + 9 : end]
-        if name in self.rows:
-            return span_id not in self.steps or span_id in self.partial
-        if (
-            name in self.parts
-            and parent in self.steps
-            and '"events":' not in line
-            and '"links":' not in line
-            and '"status":' not in line
-        ):
-            self.passed_over += 1
-            return False
-        return True
+        plain = '"events":' not in line and '"links":' not in line and '"status":' not in line
+        return self._keep(ids[2], ids[0], ids[1], plain)
 
     def __call__(self, span: dict[str, Any]) -> bool:
-        name = span.get("name")
+        plain = not (span.get("events") or span.get("links") or span.get("status"))
+        return self._keep(span.get("name"), span.get("spanId"), span.get("parentSpanId"), plain)
+
+    def _keep(self, name: Any, span_id: Any, parent: Any, plain: bool) -> bool:
         if name in self.rows:
-            span_id = span.get("spanId")
             return span_id not in self.steps or span_id in self.partial
-        if (
-            name in self.parts
-            and span.get("parentSpanId") in self.steps
-            and not span.get("events")
-            and not span.get("links")
-            and not span.get("status")
-        ):
+        if plain and name in self.parts and parent in self.steps:
             self.passed_over += 1
             return False
         return True
