@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -254,6 +255,35 @@ def measure(command: list[str], path: Path, out: Path, timeout: float) -> tuple[
     return took, usage.ru_maxrss / 1024
 
 
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium_dom(page: Path, profile: Path, timeout: float = 600) -> str:
+    """The DOM of ``page`` once Chromium (headless) has run its scripts: what a person sees."""
+    assert CHROMIUM is not None, "needs Debian's chromium"
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        "--virtual-time-budget=15000", f"--user-data-dir={profile}", "--dump-dom",
+    ]  # fmt: skip
+    done = subprocess.run(
+        [CHROMIUM, *flags, page.as_uri()], capture_output=True, text=True, timeout=timeout
+    )
+    return done.stdout
+
+
+def slow_steps_drawn(report: Path, profile: Path) -> float:
+    """How many slow steps the report's step chart draws as points of their own in Chromium,
+    band and medians drawn too; nan without Chromium or without the band."""
+    if CHROMIUM is None:
+        return math.nan
+    dom = chromium_dom(report, profile)
+    chart = dom.split('id="step-times-chart"', 1)[-1].split('id="stalls-chart"', 1)[0]
+    if "(lowest to highest)" not in chart or "(median)" not in chart or "slow steps" not in chart:
+        return math.nan
+    return float(len(re.findall(r'class="point"', chart)))
+
+
 def measure_run(
     steps: int, ranks: int, timeout: float, baseline: bool = True
 ) -> dict[str, dict[str, float]]:
@@ -268,12 +298,14 @@ def measure_run(
         try:
             path = folder / ".cirron"
             written = write_spool(path, steps, ranks, gzip=kind == "compressed")
-            found = {"bytes a step": written / (steps * ranks)}
+            found = {"bytes a step": written / (steps * ranks), "slow steps": steps // SLOW_EVERY}
             for name, command in commands.items():
                 seconds, peak = measure(command, path, folder, timeout)
                 found[f"{name} s"], found[f"{name} MB"] = seconds, peak
             report = folder / "report.html"
             found["report size MB"] = report.stat().st_size / 2**20 if report.exists() else math.nan
+            if kind == "compressed" and report.exists():  # (the baseline draws the same)
+                found["slow steps drawn"] = slow_steps_drawn(report, folder / "chromium")
             figures[kind] = found
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -309,7 +341,8 @@ def growth_table(found: list[tuple[str, dict[str, float]]]) -> str:
     """A markdown table, a row per spool measured: bytes a step, and each command's seconds
     and peak memory (the report's size too)."""
     names = [key[:-2] for key in found[0][1] if key.endswith(" s")]
-    header = ["run", "bytes a step"] + [f"`{name}`" for name in names] + ["report size"]
+    header = ["run", "bytes a step"] + [f"`{name}`" for name in names]
+    header += ["report size", "slow steps drawn in Chromium"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for label, figures in found:
         cells = [label, f"{figures['bytes a step']:,.0f}"]
@@ -318,6 +351,9 @@ def growth_table(found: list[tuple[str, dict[str, float]]]) -> str:
             cells.append("-" if math.isnan(seconds) else f"{seconds:.2f} s, {peak:,.0f} MB")
         size = figures.get("report size MB", math.nan)
         cells.append("-" if math.isnan(size) else f"{size:.1f} MB")
+        drawn = figures.get("slow steps drawn", math.nan)
+        slow = figures.get("slow steps", math.nan)
+        cells.append("-" if math.isnan(drawn) else f"{drawn:,.0f} of {slow:,.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

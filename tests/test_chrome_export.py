@@ -232,9 +232,12 @@ def test_snapshots_stay_instant_events_and_marks_counters(threaded, tmp_path):
 
 
 def test_a_parent_comes_before_its_children_at_the_same_time(threaded, tmp_path):
+    """In time order on each track (the format asks no more: a viewer sorts what it reads,
+    and keeps the file's order at equal times, which says who nests in whom)."""
     events = exported(threaded, tmp_path / "trace.json")
-    slices = [(e["ts"], -e["dur"]) for e in events if e["ph"] == "X"]
-    assert slices == sorted(slices)
+    for slices in tracks(events).values():
+        times = [(e["ts"], -e["dur"]) for e in slices]
+        assert times == sorted(times)
     step = next(e for e in events if e["ph"] == "X" and e["name"] == "step[0]")
     (data_load,) = [  # the step's batch fetch begins with it
         e for e in events if e["ph"] == "X" and e["name"] == "data_load" and e["ts"] == step["ts"]
@@ -323,11 +326,11 @@ def test_a_failed_export_leaves_the_previous_file_and_no_temporary_one(
     trace = tmp_path / "trace.json"
     trace.write_text('{"traceEvents": []}')
 
-    def disk_full(document: Any, stream: Any, **options: Any) -> None:
-        stream.write('{"traceEvents": [')  # half a document, then the disk is full
+    def disk_full(trace: Any, out: Any) -> None:
+        out('{"name": "process_name"')  # half a document, then the disk is full
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(chrome.json, "dump", disk_full)
+    monkeypatch.setattr(chrome._Trace, "write", disk_full)
     with pytest.raises(OSError, match="No space left"):
         chrome.write(spans, str(trace))
     assert trace.read_text() == '{"traceEvents": []}'
@@ -343,3 +346,62 @@ def test_the_trace_is_readable_as_any_file_the_user_writes(threaded, tmp_path):
     assert events
     assert stat.S_IMODE((tmp_path / "trace.json").stat().st_mode) == 0o644
     assert os.listdir(tmp_path) == ["trace.json"]
+
+
+# -- a long run streams ---------------------------------------------------------------------
+def laid_out(events: list[dict[str, Any]]) -> collections.Counter[str]:
+    """The events, each with its track's name for its tid (the numbers may differ)."""
+    names = track_names(events)
+    found: collections.Counter[str] = collections.Counter()
+    for event in events:
+        if event["ph"] != "M" and "tid" in event:
+            event = dict(event, tid=names[event["pid"], event["tid"]])
+        found[json.dumps(event, sort_keys=True)] += 1
+    return found
+
+
+def respooled(directory: Path, into: Path, late: set[str]) -> Path:
+    """The run's spool rewritten in two files: the spans named in ``late`` in the second, as
+    the processor writes spans that waited for their GPU time, after their parents."""
+    request = json.loads(spool_text(Path(spool_files(str(directory / ".cirron"))[0])))
+    spans = request["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    folder = into / ".cirron" / "spool"
+    folder.mkdir(parents=True)
+    for number, part in enumerate(
+        ([s for s in spans if s["name"] not in late], [s for s in spans if s["name"] in late]), 1
+    ):
+        request["resourceSpans"][0]["scopeSpans"][0]["spans"] = part
+        (folder / f"77-{number:06d}.json").write_text(json.dumps(request))
+    return into
+
+
+def test_spans_written_after_their_parent_are_laid_out_as_if_in_order(threaded, tmp_path):
+    assert len(spool_files(str(threaded / ".cirron"))) == 1
+    late = respooled(threaded, tmp_path / "late", {"forward", "backward", "data_load"})
+    streamed = exported(late, tmp_path / "trace.json")
+    assert overlaps(streamed) == []
+    assert laid_out(streamed) == laid_out(chrome.chrome_events(decoded_spans(threaded)))
+    names = track_names(streamed)
+    forwards = [e for e in streamed if e["ph"] == "X" and e["cat"] == "forward"]
+    assert forwards and {names[e["pid"], e["tid"]] for e in forwards} == {"training"}
+
+
+def test_a_trace_past_what_memory_holds_goes_through_a_scratch_file(
+    threaded, tmp_path, monkeypatch
+):
+    """The same trace, its event text moved to the scratch file a few hundred bytes at a
+    time and read back a few bytes at a time."""
+    whole = exported(threaded, tmp_path / "whole.json")
+    monkeypatch.setattr(chrome, "_HELD", 300)
+    monkeypatch.setattr(chrome, "_READ", 64)
+    problems: list[Any] = []
+    spool = str(threaded / ".cirron")
+    first = min(span.start_time for span in decoded_spans(threaded))
+    (resource,) = {span.resource for span in decoded_spans(threaded)}
+    count = chrome.write_spool(
+        spool_files(spool), [(resource.attributes, first)], first, str(tmp_path / "small.json"),
+        problems.append,
+    )  # fmt: skip
+    assert problems == [] and count == len(decoded_spans(threaded))
+    assert strict_json((tmp_path / "small.json").read_text())["traceEvents"] == whole
+    assert sorted(os.listdir(tmp_path)) == ["small.json", "whole.json"]  # no scratch file left

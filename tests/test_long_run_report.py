@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,11 +21,8 @@ STEPS = 30_000
 def long_spool(tmp_path_factory) -> Path:
     """A synthetic spool of a plain torch loop of 30,000 steps, every 997th five times slower
     (the benchmark's: written directly, with its index, as cirron writes them)."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        from benchmarks.long_runs import SLOW_EVERY, write_spool
-    finally:
-        sys.path.remove(str(ROOT))
+    from benchmarks.long_runs import SLOW_EVERY, write_spool
+
     folder = tmp_path_factory.mktemp("long-report")
     write_spool(folder / ".cirron", STEPS)
     assert STEPS // SLOW_EVERY == 30
@@ -45,16 +40,9 @@ def test_a_long_runs_report_is_small_and_shows_its_slow_steps(long_spool, tmp_pa
     assert report.stat().st_size < 10 * 2**20
     text = report.read_text()
     assert "30 steps took more than 3x the median step" in text
-    flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run",
-        "--virtual-time-budget=15000",
-    ]  # fmt: skip
-    dom = subprocess.run(
-        [CHROMIUM, *flags, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-         report.as_uri()],
-        capture_output=True, text=True, timeout=180,
-    ).stdout  # fmt: skip
+    from benchmarks.long_runs import chromium_dom
+
+    dom = chromium_dom(report, tmp_path / "profile", timeout=180)
     chart = dom.split('id="step-times-chart"', 1)[1].split('id="stalls-chart"', 1)[0]
     # Drawn: the band, the bucket medians, and the 30 slow steps as markers of their own.
     assert "(lowest to highest)" in chart and "(median)" in chart

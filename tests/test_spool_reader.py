@@ -196,6 +196,20 @@ def test_spool_spans_warns_once_about_a_bad_file_and_keeps_every_good_span(
     assert all(BAD in warning and reason in warning for warning in warnings), warnings
 
 
+def test_iter_spool_spans_reads_a_file_when_the_loop_gets_to_it(spool, good, caplog):
+    """What ``spool_spans`` returns, one file at a time: a bad file is named when the loop
+    reaches it, and a missing folder is an error at the call."""
+    (spool / "spool" / BAD).write_bytes(b"{not json")
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        spans = ci.iter_spool_spans(str(spool))
+        assert not [r for r in caplog.records if r.name == "cirron"]  # nothing read yet
+        assert ids(list(spans)) == ids(spans_of(good))
+        assert [r for r in caplog.records if BAD in r.getMessage()]
+        assert [ids(spans_of(r)) for r in ci.iter_spool(str(spool))] == [ids(spans_of(good))]
+    with pytest.raises(TypeError, match="path"):
+        ci.iter_spool_spans(42)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("collector_on", [True, False])
 def test_reading_a_spool_leaves_the_garbage_collector_as_it_found_it(spool, collector_on):
     """The reader pauses Python's cycle collector while it parses a file (none of what a file

@@ -19,7 +19,7 @@ endpoint set in ``OTEL_EXPORTER_OTLP_ENDPOINT``.
 
 from __future__ import annotations
 
-from .exporters.spool import read_spool, spool_spans
+from .exporters.spool import iter_spool, iter_spool_spans, read_spool, spool_spans
 from .inference import inference
 from .otel.version import __version__
 from .profiler import Profiler, flush, health, metrics, profile, shutdown, trace
@@ -38,6 +38,8 @@ __all__ = [
     "flush",
     "health",
     "inference",
+    "iter_spool",
+    "iter_spool_spans",
     "mark",
     "metrics",
     "profile",

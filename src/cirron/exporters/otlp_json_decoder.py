@@ -233,6 +233,12 @@ def _span(
     return readable, span, dropped
 
 
+def decode_span(span: Any, resource: Resource, scope: InstrumentationScope) -> ReadableSpan:
+    """One OTLP/JSON span as an SDK span, strictly: a ``ValueError`` says what is wrong
+    (and the span is to be skipped); an attribute, event or link that is wrong is dropped."""
+    return _span(span, resource, scope)[0]
+
+
 def _event(event: Any) -> Event:
     event = _object(event, "event")
     name = event.get("name", "")

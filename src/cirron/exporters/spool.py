@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -138,18 +138,39 @@ def spool_files(path: str = ".cirron") -> list[str]:
     return spool_reader.spool_files(path)
 
 
-def _read(path: str) -> list[dict[str, Any]]:
-    """The request of every spool file at ``path``, holding just the spans that read, its
-    text as written; a warning per file with a problem (see
-    :mod:`cirron.exporters.spool_reader`)."""
+def iter_spool(path: str = ".cirron") -> Iterator[dict[str, Any]]:
+    """Each spool file at ``path`` as an OTLP/JSON request dict, one file at a time: what
+    :func:`read_spool` returns, in memory for one file only (a long run's spool).
+
+    ``path`` is checked when this is called; the files are read as the caller asks for them.
+    """
     path = config.path_argument("path", path)
-    requests = []
-    for read in spool_reader.read_files(spool_reader.spool_files(path), repair=False):
+    return _requests(spool_reader.spool_files(path))
+
+
+def _requests(names: list[str]) -> Iterator[dict[str, Any]]:
+    """The request of each file, holding just the spans that read, its text as written; a
+    warning per file with a problem (see :mod:`cirron.exporters.spool_reader`)."""
+    for read in spool_reader.read_files(names, repair=False):
         if read.problem is not None:
             _log.warning("cirron: %s", read.problem)
         if read.problem is None or not read.problem.whole:
-            requests.append(read.request)
-    return requests
+            yield read.request
+
+
+def iter_spool_spans(path: str = ".cirron") -> Iterator[dict[str, Any]]:
+    """Each span of the spool as an OTLP/JSON dict with its ``resource`` attributes, a file
+    at a time: what :func:`spool_spans` returns, without holding them all."""
+    return _spans(iter_spool(path))
+
+
+def _spans(requests: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for request in requests:
+        for resource_spans in request["resourceSpans"]:
+            resource = resource_spans["resource"]["attributes"]
+            for scope_spans in resource_spans["scopeSpans"]:
+                for span in scope_spans["spans"]:
+                    yield dict(span, resource=resource)
 
 
 def read_spool(path: str = ".cirron") -> list[dict[str, Any]]:
@@ -158,26 +179,20 @@ def read_spool(path: str = ".cirron") -> list[dict[str, Any]]:
     ``path`` is a cirron directory, its spool folder or one file. A file that does not
     read is left out, a span that does not is left out of its request, and each such file
     is named in one warning on the ``cirron`` logger, with the reason. Text is as written,
-    a lone surrogate included (the ``cirron`` command shows it as U+FFFD).
+    a lone surrogate included (the ``cirron`` command shows it as U+FFFD). For a long run,
+    :func:`iter_spool` gives the same a file at a time.
     """
-    return _read(path)
+    return list(iter_spool(path))
 
 
 def spool_spans(path: str = ".cirron") -> list[dict[str, Any]]:
     """All spans of the spool as OTLP/JSON dicts, each with its ``resource`` attributes.
 
     Read as :func:`read_spool` reads: every span that reads, and one warning per file that
-    did not read whole.
+    did not read whole. For a long run, :func:`iter_spool_spans` gives them a file at a time.
     """
-    spans = []
-    for request in _read(path):
-        with spool_reader.collector_paused():  # a dict a span, none in a cycle
-            for resource_spans in request["resourceSpans"]:
-                resource = resource_spans["resource"]["attributes"]
-                for scope_spans in resource_spans["scopeSpans"]:
-                    for span in scope_spans["spans"]:
-                        spans.append(dict(span, resource=resource))
-    return spans
+    with spool_reader.collector_paused():  # a dict a span, none in a cycle
+        return list(iter_spool_spans(path))
 
 
 class ZeroCodeSpoolExporter(SpoolExporter):

@@ -196,6 +196,21 @@ def _leave_out(document: dict[str, Any], keep: Callable[[dict[str, Any]], bool])
                 scope_spans["spans"] = [s for s in spans if not isinstance(s, dict) or keep(s)]
 
 
+def load_request(name: str) -> tuple[dict[str, Any] | None, Problem | None]:
+    """The OTLP/JSON request of the spool file ``name``, undecoded (what a file damaged part
+    way kept, lone surrogates replaced), and its problem; (None, why) when nothing reads.
+    For a reader that takes the spans' fields itself (the Chrome export): a span that does
+    not read is its to skip, with :func:`cirron.exporters.otlp_json_decoder.decode_span`."""
+    with collector_paused():
+        document, damage, repaired = _load(name, True)
+    if document is None:
+        return None, Problem(name, str(damage))
+    said = [damage] if damage else []
+    if repaired:
+        said.append(_REPAIRED)
+    return document, Problem(name, "; ".join(said), False) if said else None
+
+
 def read_files(names: Iterable[str], *, repair: bool = True) -> Iterator[SpoolFile]:
     """Each of ``names`` as read (see :func:`read_file`), one at a time: for a caller that
     streams a large spool."""

@@ -27,18 +27,31 @@ microseconds is too large for a double to keep the nanoseconds a viewer reads ba
 and slices nested in the run would overlap in it. The file is written to a temporary
 file beside ``trace.json`` and renamed over it: a failed export leaves the previous
 file as it was.
+
+**A long run streams.** The spool holds spans as they ended, children before their parent.
+A span whose children all lie on its own track, one after another (a step and its
+forward, backward, ...; an epoch of such steps), is a *subtree* whose events are written
+as soon as it is whole, and back-to-back subtrees under one parent are kept as one; only
+the spans that open other tracks (threads, snapshots) are laid out at the end. Event text
+beyond 32 MB goes to a scratch file beside the output, so what the export holds does not
+grow with the run. Events are in time order on each track, a parent before its children;
+the format does not ask for more (a viewer sorts them).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 import math
-from collections.abc import Iterator, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
-from ..exporters import files
+from ..exporters import files, spool_reader
+from ..exporters.otlp_json_decoder import decode_span, plain_attributes
 from ..otel import semconv
 from ..otel.version import __version__
 from .steps import named_parent
@@ -46,6 +59,15 @@ from .steps import named_parent
 TRAINING_TRACK = "training"
 NON_FINITE_MARKS = "non-finite marks (not drawn)"
 UNFINISHED = "unfinished"
+# Stand-ins in event text for what the layout decides at the end: the slice's track, and
+# the process's main track (a snapshot's instant event). json.dumps writes "\x00" so.
+_TID = '"\\u0000T"'
+_MAIN = '"\\u0000M"'
+_HELD = 32 << 20  # characters of event text held in memory before they go to the scratch file
+_READ = 8 << 20  # bytes of the scratch file read at a time
+# How long after its end a span may still come in the spool: the processor holds a span
+# waiting for its GPU time up to 10 s, then it goes out with a later flush.
+_LATE_NS = 15_000_000_000
 
 
 @dataclass
@@ -75,38 +97,67 @@ class _Track:
         self.open_slices.append((end, span))
 
 
+@dataclass(slots=True)
+class _Item:
+    """What the layout places: a span with the subtree on its track (``whole``), a run of
+    such subtrees back to back, or a span alone (its children are items of their own).
+    ``pieces``: its event text, each a string or a (offset, length) in the scratch file."""
+
+    start: int
+    end: int | None  # None: never ended
+    span_id: int
+    parent: int | None
+    kind: str  # the track it opens when it cannot go on its parent's
+    whole: bool
+    pieces: list[Any]
+    unfinished: tuple[str, str, dict[str, Any]] | None = None  # drawn once the end is known
+
+
 @dataclass
 class _Process:
-    """The spans of one process (one resource), and what the trace calls it."""
+    """One process (one resource) of the trace, what the trace calls it, and its spans'
+    items while they are read."""
 
     real_pid: int | None
     rank: Any
-    resource: Any
-    spans: list[Any] = field(default_factory=list)
+    attributes: Any
+    first_start: int
     pid: int = 0  # the pid in the file: the real one unless another process has it
+    spans: int = 0
+    last: int = 0  # the latest end (or start) of a span: where a span that never ended ends
+    waiting: dict[int | None, list[_Item]] = field(default_factory=dict)  # by parent not yet read
+    laid_out: list[_Item] = field(default_factory=list)  # what the layout places at the end
+    ending: list[tuple[float, int, int, _Span]] = field(default_factory=list)  # a heap, as read
+    newest: float = 0  # the latest end read
+    dropped: dict[str, int] = field(default_factory=dict)  # non-finite marks, by name
+    first_dropped: int | None = None
 
 
+@dataclass(slots=True)
+class _Span:
+    """The fields of a span the trace shows."""
+
+    span_id: int
+    parent: int | None
+    name: Any
+    start: int
+    end: int | None
+    attributes: Any
+    events: list[tuple[Any, int, Any]]  # (name, time, attributes)
+
+
+# -- the public entry points ----------------------------------------------------------------
 def chrome_events(spans: Sequence[Any], origin: int | None = None) -> list[dict[str, Any]]:
-    """The Chrome Trace Event JSON events of ``spans``: a process per rank, tracks of
-    properly nested slices, counters for point marks, instant events for snapshots.
-
-    Times are microseconds since ``origin`` (Unix ns; default: :func:`time_origin`).
-    Every value is one strict JSON takes (no NaN, no infinity). Events are in time
-    order; at equal times a longer slice (the parent) comes first.
-    """
+    """The Chrome Trace Event JSON events of ``spans`` (SDK spans): a process per rank,
+    tracks of properly nested slices, counters for point marks, instant events for
+    snapshots. Times are microseconds since ``origin`` (Unix ns; default:
+    :func:`time_origin`). Every value is one strict JSON takes (no NaN, no infinity)."""
     origin = time_origin(spans) if origin is None else origin
-    processes = _processes(spans)
-    hosts = {process.resource.attributes.get(semconv.HOST_NAME) for process in processes}
-    tids = itertools.count(1)  # unique in the file; 0 is not a thread to some viewers
-    events: list[dict[str, Any]] = []
-    for order, process in enumerate(processes):
-        tracks, slices = _layout(process.spans, tids)
-        events += _metadata(process, order, tracks, _label(process, len(hosts) > 1))
-        events += _slice_events(process.pid, tracks[0].tid, slices, origin)
-        events += _mark_events(process.pid, tracks[0].tid, process.spans, origin)
-    # Metadata first; then by time, a longer slice (the parent) before a shorter one.
-    events.sort(key=lambda event: (event.get("ts", -math.inf), -event.get("dur", 0.0)))
-    return events
+    with tempfile.TemporaryFile() as scratch:
+        trace = _trace_of(spans, origin, scratch)
+        pieces: list[str] = []
+        trace.write(pieces.append)
+    return json.loads("[" + "".join(pieces).lstrip(",") + "]")  # type: ignore[no-any-return]
 
 
 def time_origin(spans: Sequence[Any]) -> int:
@@ -117,23 +168,507 @@ def time_origin(spans: Sequence[Any]) -> int:
     )
 
 
-# -- processes ------------------------------------------------------------------------------
-def _processes(spans: Sequence[Any]) -> list[_Process]:
-    """Spans grouped by process (host, pid, instance), ranks first; each given a pid of its own."""
-    found: dict[tuple[Any, ...], _Process] = {}
+def write(spans: Sequence[Any], path: str) -> None:
+    """Write the trace of ``spans`` (SDK spans) to ``path`` as one JSON document, whole or
+    not at all (:func:`cirron.exporters.files.write_output`)."""
+    origin = time_origin(spans)
+
+    def fill(stream: IO[str]) -> None:
+        with _scratch(path) as scratch:
+            _write_document(stream, _trace_of(spans, origin, scratch), origin)
+
+    files.write_output(path, fill)
+
+
+def write_spool(
+    names: Iterable[str],
+    processes: Iterable[tuple[Any, int]],
+    origin: int,
+    path: str,
+    on_problem: Callable[[spool_reader.Problem], None],
+) -> int:
+    """Write the trace of the spool files ``names`` to ``path``, reading one file at a time;
+    the number of spans written. ``processes``: (resource attributes, first start) of each
+    process to show (the index says them); a span of any other resource is passed over."""
+    trace = _Trace(
+        [
+            _Process(_int(a.get(semconv.PROCESS_PID)), a.get(semconv.RANK), a, s)
+            for a, s in processes
+        ],
+        origin,
+    )
+
+    def fill(stream: IO[str]) -> None:
+        with _scratch(path) as scratch:
+            trace.scratch = scratch
+            for name in names:
+                _read_file(trace, name, on_problem)
+            trace.ended()
+            _write_document(stream, trace, origin)
+
+    files.write_output(path, fill)
+    return sum(process.spans for process in trace.processes)
+
+
+def _scratch(path: str) -> IO[bytes]:
+    """A scratch file on the output's disk (a temporary folder may be memory)."""
+    folder = os.path.dirname(os.path.realpath(path))
+    try:
+        return tempfile.TemporaryFile(prefix=".cirron-chrome.", dir=folder)
+    except OSError:  # a device, a folder not writable: where temporary files go
+        return tempfile.TemporaryFile(prefix="cirron-chrome.")
+
+
+def _write_document(stream: IO[str], trace: _Trace, origin: int) -> None:
+    stream.write('{"traceEvents": [')
+    trace.write(stream.write)
+    other = {"source": f"cirron {__version__}", "time_origin_unix_ns": origin}
+    stream.write(f'\n], "displayTimeUnit": "ms", "otherData": {json.dumps(other)}}}')
+
+
+# -- reading --------------------------------------------------------------------------------
+def _trace_of(spans: Sequence[Any], origin: int, scratch: IO[bytes]) -> _Trace:
+    """The trace of SDK ``spans``, read as the spool gives them: as they ended."""
+    by_key: dict[tuple[Any, ...], _Process] = {}
     for span in spans:
         attributes = span.resource.attributes
-        key = (
-            attributes.get(semconv.HOST_NAME),
-            attributes.get(semconv.PROCESS_PID),
-            attributes.get(semconv.SERVICE_INSTANCE_ID),
+        key = process_key(attributes)
+        process = by_key.get(key)
+        if process is None:
+            process = by_key[key] = _Process(
+                _int(key[1]), attributes.get(semconv.RANK), attributes, span.start_time
+            )
+        process.first_start = min(process.first_start, span.start_time)
+    trace = _Trace(list(by_key.values()), origin, scratch)
+    for span in _as_ended(spans):
+        trace.add(by_key[process_key(span.resource.attributes)], _from_sdk(span))
+    return trace
+
+
+def _as_ended(spans: Sequence[Any]) -> list[Any]:
+    """``spans`` in the order they ended (children before a parent that ends with them; one
+    that never ended last)."""
+    by_id: dict[int | None, Any] = {span.context.span_id: span for span in spans}
+    depths = _depths(spans, by_id)
+    latest = max((span.end_time or span.start_time for span in spans), default=0) + 1
+    return sorted(
+        spans, key=lambda s: (s.end_time or latest, -s.start_time, -depths[s.context.span_id])
+    )
+
+
+def _depths(spans: Sequence[Any], by_id: dict[int | None, Any]) -> dict[int, int]:
+    depths: dict[int, int] = {}
+    for span in spans:
+        depth, ancestor = 0, by_id.get(named_parent(span))
+        while ancestor is not None and depth < len(spans):  # a cycle ends too
+            depth += 1
+            ancestor = by_id.get(named_parent(ancestor))
+        depths[span.context.span_id] = depth
+    return depths
+
+
+def _from_sdk(span: Any) -> _Span:
+    events = [(event.name, event.timestamp, event.attributes) for event in span.events]
+    return _Span(
+        span.context.span_id, named_parent(span), span.name, span.start_time, span.end_time,
+        span.attributes, events,
+    )  # fmt: skip
+
+
+def _read_file(
+    trace: _Trace, name: str, on_problem: Callable[[spool_reader.Problem], None]
+) -> None:
+    """Add the spans of the spool file ``name`` that belong to ``trace``'s processes."""
+    document, problem = spool_reader.load_request(name)
+    skipped: list[str] = []
+    for resource_spans in document["resourceSpans"] if document is not None else ():
+        try:
+            attributes = plain_attributes(resource_spans["resource"].get("attributes") or [])
+            process = trace.by_key.get(process_key(attributes))
+            if process is None:
+                continue
+            for scope_spans in resource_spans["scopeSpans"]:
+                for span in scope_spans["spans"]:
+                    record: _Span | None
+                    try:
+                        record = _from_json(span)
+                    except Exception:  # not the shape cirron writes: as the decoder reads it
+                        record = _decoded(span, attributes, scope_spans, skipped)
+                    if record is not None:
+                        trace.offer(process, record)
+        except Exception as error:  # one bad entry costs its own spans, never the export
+            skipped.append(f"an entry unreadable ({error!r})")
+    if skipped:
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        reason = f"{len(skipped)} spans skipped (the first: {skipped[0]}{more})"
+        said = f"{problem.reason}; {reason}" if problem is not None else reason
+        problem = spool_reader.Problem(name, said, False)
+    if problem is not None:
+        on_problem(problem)
+
+
+def _from_json(span: dict[str, Any]) -> _Span:
+    """The fields of an OTLP/JSON span as cirron writes it; anything else raises."""
+    span_id = span["spanId"]
+    parent = span.get("parentSpanId")
+    start = span["startTimeUnixNano"]
+    end = span["endTimeUnixNano"]
+    name = span["name"]
+    if not (
+        len(span_id) == 16
+        and (parent is None or len(parent) == 16)
+        and type(name) is str
+        and start.isdigit()
+        and end.isdigit()
+        and len(span["traceId"]) == 32
+        and span.get("kind", 1) == 1
+    ):
+        raise ValueError("not as cirron writes it")
+    listed = span["attributes"]
+    attributes = _attributes_of(listed) if listed else {}
+    events = [
+        (event["name"], int(event["timeUnixNano"]), _attributes_of(event.get("attributes") or []))
+        for event in span.get("events") or ()
+    ]
+    parent_id = int(parent, 16) if parent else None
+    if parent_id is None:
+        named = attributes.get(semconv.PARENT_SPAN_ID)
+        parent_id = int(named, 16) if isinstance(named, str) else None
+    return _Span(
+        int(span_id, 16), parent_id, name, int(start), int(end) or None, attributes, events
+    )
+
+
+def _attributes_of(listed: list[Any]) -> dict[str, Any]:
+    """An OTLP/JSON attribute list as the decoder reads it: numbers and text here, anything
+    less plain (or wrong) by the decoder itself."""
+    out: dict[str, Any] = {}
+    for item in listed:
+        key, value = item["key"], item["value"]
+        if type(key) is str and key and key not in out and key != semconv.PARENT_SPAN_ID:
+            if len(value) != 1:
+                break
+            content = value.get("intValue")
+            if type(content) is str and content.isdigit() and len(content) < 19:
+                out[key] = int(content)
+                continue
+            content = value.get("doubleValue")
+            if type(content) is float:
+                out[key] = content
+                continue
+            content = value.get("stringValue")
+            if type(content) is str:
+                out[key] = content
+                continue
+        break
+    else:
+        return out
+    return plain_attributes(listed)
+
+
+def _decoded(
+    span: Any, attributes: dict[str, Any], scope_spans: Any, skipped: list[str]
+) -> _Span | None:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    scope = scope_spans.get("scope") or {}
+    try:
+        readable = decode_span(
+            span,
+            Resource(attributes),
+            InstrumentationScope(scope.get("name") or "", scope.get("version")),
         )
-        if key not in found:
-            found[key] = _Process(_int(key[1]), attributes.get(semconv.RANK), span.resource)
-        found[key].spans.append(span)
+    except Exception as error:
+        skipped.append(str(error))
+        return None
+    return _from_sdk(readable)
+
+
+# -- the trace ------------------------------------------------------------------------------
+class _Trace:
+    """The processes of a trace and their spans' events, as spans are added as they ended."""
+
+    def __init__(
+        self, processes: list[_Process], origin: int, scratch: IO[bytes] | None = None
+    ) -> None:
+        self.processes = _ordered(processes)
+        self.by_key = {process_key(process.attributes): process for process in self.processes}
+        self.origin = origin
+        self.scratch = scratch
+        self.read = itertools.count()  # (what orders spans that ended together: as read)
+        self.held = 0  # characters of event text in memory
+        self.fresh: list[_Item] = []  # the items that may hold some of it
+        self.names: dict[str, tuple[str, str, str]] = {}  # see _named
+
+    def offer(self, process: _Process, span: _Span) -> None:
+        """Add a span read from the spool: in the order the spans ended, each once every
+        span that ended before it (and by :data:`_LATE_NS` may come after it) is read."""
+        end = span.end if span.end is not None else math.inf
+        heapq.heappush(process.ending, (end, -span.start, next(self.read), span))
+        if end > process.newest:
+            process.newest = end
+        ending = process.ending
+        while ending and ending[0][0] < process.newest - _LATE_NS:
+            self.add(process, heapq.heappop(ending)[3])
+
+    def ended(self) -> None:
+        """Add the spans still held for one that may come late: none will now."""
+        for process in self.processes:
+            while process.ending:
+                self.add(process, heapq.heappop(process.ending)[3])
+
+    def add(self, process: _Process, span: _Span) -> None:
+        """Add a span whose children (those that ended before it) were added before it."""
+        process.spans += 1
+        start = span.start
+        end = span.end
+        if end is not None and end < start:
+            end = start
+        if (end or start) > process.last:
+            process.last = end or start
+        shown, category, kind = self._named(span.name)
+        arguments = _arguments(span.attributes) if span.attributes else {}
+        name = category
+        if semconv.INDEX in arguments:
+            name = json.dumps(f"{shown}[{arguments[semconv.INDEX]}]")
+        children = process.waiting.pop(span.span_id, None)
+        snapshot = kind == semconv.SNAPSHOT
+        whole = end is not None and not snapshot and (not children or _nest(children, start, end))
+        pieces: list[Any] = []
+        if end is not None:
+            pieces.append(self._slice(process, name, category, arguments, start, end))
+            if snapshot:
+                pieces.append(self._instant(process, semconv.SNAPSHOT, start, span.attributes))
+        if span.events:
+            marks = self._marks(process, span.events)
+            if marks:
+                pieces.append(marks)
+        for piece in pieces:
+            self.held += len(piece)
+        item = _Item(start, end, span.span_id, span.parent, kind, whole, pieces)
+        if end is None:
+            item.unfinished = (name, category, arguments)
+        self.fresh.append(item)
+        if whole:
+            if children:
+                for child in sorted(children, key=_start_order):
+                    _extend(pieces, child.pieces)
+                    child.pieces = []
+            siblings = (
+                process.laid_out
+                if span.parent is None
+                else process.waiting.setdefault(span.parent, [])
+            )
+            if _wait(siblings, item):
+                self.fresh.append(siblings[-1])
+        else:  # its children are placed on their own, and so is it
+            process.laid_out += [child for child in children or () if child.whole]
+            process.laid_out.append(item)
+            if span.parent is not None:  # (its parent is not whole either)
+                process.waiting.setdefault(span.parent, []).append(item)
+        if self.held > _HELD:
+            self._spill()
+
+    def write(self, out: Callable[[str], object]) -> None:
+        """Write every event, the names first, each after a comma and a newline (the
+        first without the comma)."""
+        tids = itertools.count(1)  # unique in the file; 0 is not a thread to some viewers
+        hosts = {process.attributes.get(semconv.HOST_NAME) for process in self.processes}
+        laid = [(process, _layout(process, tids)) for process in self.processes]
+        first = True
+        for order, (process, (tracks, _placed)) in enumerate(laid):
+            for event in _metadata(process, order, tracks, _label(process, len(hosts) > 1)):
+                out(("\n" if first else ",\n") + json.dumps(event))
+                first = False
+        for process, (tracks, placed) in laid:
+            main = str(tracks[0].tid)
+            for item, track in placed:
+                tid = str(track.tid)
+                if item.unfinished is not None:
+                    name, category, arguments = item.unfinished
+                    arguments = dict(arguments, **{UNFINISHED: True})
+                    end = max(process.last, item.start)
+                    item.pieces.insert(
+                        0, self._slice(process, name, category, arguments, item.start, end)
+                    )
+                for text in self._texts(item.pieces):
+                    out(text.replace(_TID, tid).replace(_MAIN, main))
+            if process.first_dropped is not None:
+                dropped = {"name": NON_FINITE_MARKS, "ph": "i", "s": "p",
+                           "ts": (process.first_dropped - self.origin) / 1000, "pid": process.pid,
+                           "tid": tracks[0].tid, "args": process.dropped}  # fmt: skip
+                out(",\n" + json.dumps(dropped))
+
+    # -- event text
+    def _named(self, name: Any) -> tuple[str, str, str]:
+        """A span's or mark's name as shown, as JSON, and the track a span of it opens."""
+        text = str(name)
+        known = self.names.get(text)
+        if known is None:
+            shown = _text(text)
+            kind = semconv.SNAPSHOT if name == semconv.SNAPSHOT else f"overlapping {shown}"
+            known = self.names[text] = (shown, json.dumps(shown), kind)
+        return known
+
+    def _slice(
+        self,
+        process: _Process,
+        name: str,
+        category: str,
+        arguments: dict[str, Any],
+        start: int,
+        end: int,
+    ) -> str:
+        return (
+            f',\n{{"name": {name}, "cat": {category}, "ph": "X", '
+            f'"ts": {(start - self.origin) / 1000!r}, "dur": {(end - start) / 1000!r}, '
+            f'"pid": {process.pid}, "tid": {_TID}, "args": {_object(arguments)}}}'
+        )
+
+    def _instant(self, process: _Process, name: str, at: int, attributes: Any) -> str:
+        event = {"name": name, "ph": "i", "s": "p", "ts": (at - self.origin) / 1000,
+                 "pid": process.pid, "tid": "\x00M", "args": _arguments(attributes)}  # fmt: skip
+        return ",\n" + json.dumps(event)
+
+    def _marks(self, process: _Process, events: list[tuple[Any, int, Any]]) -> str:
+        """A counter sample per point mark; the non-finite ones are counted instead."""
+        out = []
+        for mark, at, attributes in events:
+            value = (attributes or {}).get(semconv.MARK_VALUE)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                name = _text(str(mark))
+                process.dropped[name] = process.dropped.get(name, 0) + 1
+                if process.first_dropped is None or at < process.first_dropped:
+                    process.first_dropped = at
+                continue
+            named = self._named(mark)[1]
+            out.append(
+                f',\n{{"name": {named}, "ph": "C", "ts": {(at - self.origin) / 1000!r}, '
+                f'"pid": {process.pid}, "args": {{{named}: {json.dumps(value)}}}}}'
+            )
+        return "".join(out)
+
+    # -- the scratch file
+    def _spill(self) -> None:
+        """Move the event text held in memory to the scratch file."""
+        if self.scratch is None:
+            return
+        for item in self.fresh:
+            if item.pieces:
+                item.pieces = self._spilled(item.pieces)
+        self.fresh = []
+        self.held = 0
+
+    def _spilled(self, pieces: list[Any]) -> list[Any]:
+        assert self.scratch is not None
+        out: list[Any] = []
+        for is_text, run in itertools.groupby(pieces, key=lambda piece: isinstance(piece, str)):
+            if not is_text:
+                for piece in run:
+                    _extend(out, [piece])
+                continue
+            data = "".join(run).encode("ascii")
+            offset = self.scratch.seek(0, os.SEEK_END)
+            self.scratch.write(data)
+            _extend(out, [(offset, len(data))])
+        return out
+
+    def _texts(self, pieces: list[Any]) -> Iterator[str]:
+        for piece in pieces:
+            if isinstance(piece, str):
+                yield piece
+                continue
+            assert self.scratch is not None
+            offset, length = piece
+            self.scratch.seek(offset)
+            rest = b""
+            while length > 0:
+                read = self.scratch.read(min(_READ, length))
+                if not read:
+                    break
+                length -= len(read)
+                data = rest + read
+                cut = data.rfind(b"\n") if length > 0 else len(data)  # a stand-in is never cut
+                if cut <= 0:
+                    rest = data
+                    continue
+                yield data[:cut].decode("ascii")
+                rest = data[cut:]
+            if rest:
+                yield rest.decode("ascii")
+
+
+def _start_order(item: _Item) -> tuple[int, int]:
+    return item.start, -(item.end or 0)
+
+
+def _nest(children: list[_Item], start: int, end: int) -> bool:
+    """Whether ``children`` lie on their parent's track inside it, one after another (each
+    whole itself): then the parent and they are one subtree."""
+    previous = start
+    for child in sorted(children, key=_start_order):
+        if not child.whole or child.end is None:
+            return False
+        if child.start < previous or child.end > end:
+            return False
+        previous = child.end
+    return True
+
+
+def _wait(items: list[_Item], item: _Item) -> bool:
+    """Add the whole subtree ``item`` to its siblings; right after a whole sibling of its
+    name it joins it (a stretch of steps is one item, not one each): then True. (A sibling
+    of another name, a thread's span begun in a step, ends the stretch: it is placed on its
+    own, as is what follows it.)"""
+    last = items[-1] if items else None
+    if (
+        last is not None
+        and item.whole
+        and last.whole
+        and last.end is not None
+        and item.end is not None
+        and last.end <= item.start
+        and last.parent == item.parent
+        and last.kind == item.kind
+    ):
+        last.end = item.end
+        _extend(last.pieces, item.pieces)
+        item.pieces = []
+        return True
+    items.append(item)
+    return False
+
+
+def _extend(pieces: list[Any], more: list[Any]) -> None:
+    """Append ``more`` to ``pieces``, a piece of the scratch file right after the last one
+    joining it."""
+    for piece in more:
+        if pieces and isinstance(piece, tuple) and isinstance(pieces[-1], tuple):
+            offset, length = pieces[-1]
+            if offset + length == piece[0]:
+                pieces[-1] = (offset, length + piece[1])
+                continue
+        pieces.append(piece)
+
+
+# -- processes ------------------------------------------------------------------------------
+def process_key(attributes: Any) -> tuple[Any, ...]:
+    """What tells the trace's processes apart, from a resource's attributes."""
+    return (
+        attributes.get(semconv.HOST_NAME),
+        attributes.get(semconv.PROCESS_PID),
+        attributes.get(semconv.SERVICE_INSTANCE_ID),
+    )
+
+
+def _ordered(processes: list[_Process]) -> list[_Process]:
+    """``processes``, ranks first, each given a pid of its own."""
     processes = sorted(
-        found.values(),
-        key=lambda p: (not isinstance(p.rank, int), _int(p.rank) or 0, _first_start(p.spans)),
+        processes,
+        key=lambda p: (not isinstance(p.rank, int), _int(p.rank) or 0, p.first_start),
     )
     real = {process.real_pid for process in processes if process.real_pid}
     synthetic = (pid for pid in itertools.count(max(real, default=0) + 1) if pid not in real)
@@ -146,7 +681,7 @@ def _processes(spans: Sequence[Any]) -> list[_Process]:
 
 
 def _label(process: _Process, many_hosts: bool) -> str:
-    attributes = process.resource.attributes
+    attributes = process.attributes
     who = (
         f"rank {_text(str(process.rank))}"
         if process.rank is not None
@@ -183,40 +718,48 @@ def _metadata(
 
 # -- tracks ---------------------------------------------------------------------------------
 def _layout(
-    spans: list[Any], tids: Iterator[int]
-) -> tuple[list[_Track], list[tuple[Any, _Track, int, int]]]:
-    """The tracks of one process, and each span as (span, its track, start, end) in ns.
+    process: _Process, tids: Iterator[int]
+) -> tuple[list[_Track], list[tuple[_Item, _Track]]]:
+    """The tracks of one process, and each of its items on its track, in start order.
 
-    Spans are placed in start order, parents before their children. A span goes on its
+    Items are placed in start order, parents before their children. An item goes on its
     parent's track, right inside the parent, when it lies within the parent and its
     earlier siblings there have ended; else at the top level of the first track of its
     kind that is free, else on a new one. A root's home is the main track.
     """
-    last = max((span.end_time or span.start_time) for span in spans)
-    ends = {id(span): max(span.end_time or last, span.start_time) for span in spans}
-    by_id: dict[int | None, Any] = {span.context.span_id: span for span in spans}
-    depths = _depths(spans, by_id)
+    # (What still waits for a parent that never came, or came before it, goes on its own.)
+    items = process.laid_out + [i for items in process.waiting.values() for i in items if i.whole]
+    last = process.last
+    ends = {id(item): max(item.end or last, item.start) for item in items}
+    by_id: dict[int | None, _Item] = {item.span_id: item for item in items}
+    depths: dict[int, int] = {}
+    for item in items:
+        depth, ancestor = 0, by_id.get(item.parent)
+        while ancestor is not None and depth < len(items):  # a cycle ends too
+            depth += 1
+            ancestor = by_id.get(ancestor.parent)
+        depths[id(item)] = depth
     tracks = [_Track(next(tids), TRAINING_TRACK)]
     placed: dict[int, _Track] = {}
-    slices = []
-    for span in sorted(spans, key=lambda s: (s.start_time, -ends[id(s)], depths[id(s)])):
-        start, end = span.start_time, ends[id(span)]
-        parent = by_id.get(named_parent(span))
+    out = []
+    for item in sorted(items, key=lambda i: (i.start, -ends[id(i)], depths[id(i)])):
+        start, end = item.start, ends[id(item)]
+        parent = by_id.get(item.parent)
         home = tracks[0] if parent is None else placed.get(id(parent))
-        kind = f"overlapping {_text(str(span.name))}"
-        if span.name == semconv.SNAPSHOT:
-            home, kind = None, semconv.SNAPSHOT  # the snapshot thread finishes it
-        elif parent is not None and not parent.start_time <= start <= end <= ends[id(parent)]:
+        kind = item.kind
+        if kind == semconv.SNAPSHOT:
+            home = None  # the snapshot thread finishes it
+        elif parent is not None and not parent.start <= start <= end <= ends[id(parent)]:
             home = None  # outside its parent: not the parent's thread
         key = id(parent) if parent is not None else None
         track = _track_for(tracks, home, key, kind, start, end)
         if track is None:
             track = _Track(next(tids), kind)
             tracks.append(track)
-        track.place(end, id(span))
-        placed[id(span)] = track
-        slices.append((span, track, start, end))
-    return tracks, slices
+        track.place(end, id(item))
+        placed[id(item)] = track
+        out.append((item, track))
+    return tracks, out
 
 
 def _track_for(
@@ -229,73 +772,33 @@ def _track_for(
     return next((t for t in tracks[1:] if t.name == kind and t.fits(start, end, None)), None)
 
 
-def _depths(spans: list[Any], by_id: dict[int | None, Any]) -> dict[int, int]:
-    """Each span's depth in its process's tree (an ancestor sorts before a tie)."""
-    depths: dict[int, int] = {}
-    for span in spans:
-        depth, ancestor = 0, by_id.get(named_parent(span))
-        while ancestor is not None and depth < len(spans):  # a cycle ends too
-            depth += 1
-            ancestor = by_id.get(named_parent(ancestor))
-        depths[id(span)] = depth
-    return depths
-
-
-# -- events ---------------------------------------------------------------------------------
-def _slice_events(
-    pid: int, main_tid: int, slices: list[tuple[Any, _Track, int, int]], origin: int
-) -> list[dict[str, Any]]:
-    events = []
-    for span, track, start, end in slices:
-        name = _text(str(span.name))
-        arguments = _arguments(span.attributes)
-        if not span.end_time:  # never ended: it lasts to its process's end
-            arguments[UNFINISHED] = True
-        if semconv.INDEX in arguments:
-            name += f"[{arguments[semconv.INDEX]}]"
-        ts = (start - origin) / 1000
-        events.append(
-            {"name": name, "cat": _text(str(span.name)), "ph": "X", "ts": ts,
-             "dur": (end - start) / 1000, "pid": pid, "tid": track.tid, "args": arguments}
-        )  # fmt: skip
-        if span.name == semconv.SNAPSHOT:
-            events.append(
-                {"name": semconv.SNAPSHOT, "ph": "i", "s": "p", "ts": ts, "pid": pid,
-                 "tid": main_tid, "args": _arguments(span.attributes)}
-            )  # fmt: skip
-    return events
-
-
-def _mark_events(pid: int, main_tid: int, spans: list[Any], origin: int) -> list[dict[str, Any]]:
-    """A counter sample per point mark; one instant event counts those that can't be drawn."""
-    events: list[dict[str, Any]] = []
-    dropped: dict[str, int] = {}
-    first_dropped: int | None = None
-    for span in spans:
-        for event in span.events:
-            value = (event.attributes or {}).get(semconv.MARK_VALUE)
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                continue
-            name = _text(str(event.name))
-            if isinstance(value, float) and not math.isfinite(value):
-                dropped[name] = dropped.get(name, 0) + 1
-                if first_dropped is None or event.timestamp < first_dropped:
-                    first_dropped = event.timestamp
-                continue
-            events.append(
-                {"name": name, "ph": "C", "ts": (event.timestamp - origin) / 1000, "pid": pid,
-                 "args": {name: value}}
-            )  # fmt: skip
-    if first_dropped is not None:
-        events.append(
-            {"name": NON_FINITE_MARKS, "ph": "i", "s": "p", "ts": (first_dropped - origin) / 1000,
-             "pid": pid, "tid": main_tid, "args": dropped}
-        )  # fmt: skip
-    return events
-
-
 # -- values ---------------------------------------------------------------------------------
+def _object(arguments: dict[str, Any]) -> str:
+    """``arguments`` as JSON text (as json.dumps writes it), numbers without its cost."""
+    if not arguments:
+        return "{}"
+    parts = []
+    for key, value in arguments.items():
+        kind = type(value)
+        if kind is not int and kind is not float:  # (finite: see _plain)
+            return json.dumps(arguments)
+        parts.append(f"{json.dumps(key)}: {value!r}")
+    return "{" + ", ".join(parts) + "}"
+
+
 def _arguments(attributes: Any) -> dict[str, Any]:
+    plain = True
+    for key, value in (attributes or {}).items():  # most often: names and numbers, as they are
+        kind = type(value)
+        if (
+            type(key) is not str
+            or not key.isascii()
+            or not (kind is int or (kind is float and math.isfinite(value)))
+        ):
+            plain = False
+            break
+    if plain:
+        return dict(attributes or {})
     return {_text(str(key)): _plain(value) for key, value in (attributes or {}).items()}
 
 
@@ -332,20 +835,3 @@ def _int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-def _first_start(spans: list[Any]) -> int:
-    return min(span.start_time for span in spans)
-
-
-# -- the file -------------------------------------------------------------------------------
-def write(spans: Sequence[Any], path: str) -> None:
-    """Write the trace of ``spans`` to ``path`` as one JSON document, whole or not at all
-    (:func:`cirron.exporters.files.write_output`)."""
-    origin = time_origin(spans)
-    document = {
-        "traceEvents": chrome_events(spans, origin),
-        "displayTimeUnit": "ms",
-        "otherData": {"source": f"cirron {__version__}", "time_origin_unix_ns": origin},
-    }
-    files.write_output(path, lambda stream: json.dump(document, stream, allow_nan=False))

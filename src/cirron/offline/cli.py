@@ -417,10 +417,45 @@ def report_two(arguments: argparse.Namespace) -> int:
 
 
 def export_chrome(arguments: argparse.Namespace) -> int:
-    spans = _chosen(arguments)
-    chrome.write(spans, arguments.output)
+    """The trace of the run(s) ``--run`` picks, read a file at a time (the index says which
+    files and processes they are) and written as it is laid out."""
+    path = arguments.path
+    _files(path)
+    said: set[str] = set()  # the files whose problem is said (once, though read twice)
+
+    def say(problem: spool_reader.Problem) -> None:
+        if problem.file not in said:
+            said.add(problem.file)
+            print(f"cirron: {problem}", file=sys.stderr)
+
+    every = run_index.listed_runs(path, say)  # (it reads the files the index does not cover)
+    chosen = _pick(every, arguments)
+    _say_which(every, chosen, arguments)
+    lines = [line for run in chosen for line in run.lines]
+    folder = spool_reader.spool_folder(path)
+    names = (
+        [path]
+        if os.path.isfile(path)
+        else sorted(
+            {os.path.join(folder, line["file"]) for line in lines},
+            key=spool_reader.spool_files_order,
+        )
+    )
+    first: dict[tuple[Any, ...], tuple[Any, int]] = {}
+    for line in lines:
+        key = chrome.process_key(line["resource"])
+        start = min(line["start"], first[key][1]) if key in first else line["start"]
+        first[key] = (line["resource"], start)
+    origin = min((line["start"] for line in lines), default=0)
+    count = chrome.write_spool(
+        names,
+        first.values(),
+        origin,
+        arguments.output,
+        say,
+    )
     print(
-        f"cirron: {len(spans)} spans written to {arguments.output} "
+        f"cirron: {count} spans written to {arguments.output} "
         "(open it in https://ui.perfetto.dev or chrome://tracing)",
         file=sys.stderr,
     )
