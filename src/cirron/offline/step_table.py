@@ -212,6 +212,7 @@ class RowSpan:
     __slots__ = ("name", "context", "parent", "table", "row", "resource")
     links: tuple[Any, ...] = ()
     kind = SpanKind.INTERNAL
+    stands_in = True  # for its step span and the parts below it (none of which is read)
 
     def __init__(
         self,

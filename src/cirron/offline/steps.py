@@ -11,6 +11,7 @@ its parent's too.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,12 +46,19 @@ def named_parent(span: Any) -> int | None:
         return None
 
 
+def _stands_in(span: Any) -> bool:
+    """Whether ``span`` is a step's row standing in for its span (and its parts)."""
+    return getattr(span, "stands_in", False) is True
+
+
 def _acyclic_parents(spans: list[Any], by_id: dict[int, Any]) -> dict[int, Any]:
     """span id -> its parent span, for the spans whose parent is here; a span in a parent
     cycle (its own parent, or A -> B -> A: only a damaged or forged spool has one) has none,
     so every walk up or down the tree ends."""
     parents = {}
     for span in spans:
+        if _stands_in(span):
+            continue  # (see Timeline.parent)
         parent = by_id.get(named_parent(span))  # type: ignore[arg-type]
         if parent is not None:
             parents[span.context.span_id] = parent
@@ -102,9 +110,9 @@ class Timeline:
         self._table = table
         self.by_id = {span.context.span_id: span for span in self.spans}
         self._parents = _acyclic_parents(self.spans, self.by_id)
-        self.children: dict[int, list[Any]] = defaultdict(list)
+        self.children: dict[int, list[Any]] = defaultdict(list)  # (read with .get: see walk)
         for span in self.spans:
-            parent = self._parents.get(span.context.span_id)
+            parent = self.parent(span)
             if parent is not None:
                 self.children[parent.context.span_id].append(span)
         ended = [s for s in self.spans if s.end_time is not None]
@@ -117,8 +125,9 @@ class Timeline:
             epoch = self.enclosing(span, semconv.EPOCH)
             self.steps.append(Step(number, span, epoch, epoch is not previous_epoch))
             previous_epoch = epoch
-        self._starts = [step.span.start_time for step in self.steps]
-        self._span_starts = [span.start_time for span in self.spans]
+        # (Arrays: a list of a million ints read from a step table's array holds 40 MB.)
+        self._starts = array("q", [step.span.start_time for step in self.steps])
+        self._span_starts = array("q", [span.start_time for span in self.spans])
         self._parts: dict[int, dict[str, int]] = {}  # by step number: read by several figures
 
     def _row(self, step: Step) -> int | None:
@@ -130,6 +139,8 @@ class Timeline:
 
     def parent(self, span: Any) -> Any:
         """The span's parent here, or None (not here, or the span is in a parent cycle)."""
+        if _stands_in(span):  # a step's row: nothing below it is read, so it is in no cycle
+            return self.by_id.get(named_parent(span))
         return self._parents.get(span.context.span_id)
 
     def started_within(self, start_ns: int, end_ns: int) -> list[Any]:
@@ -148,11 +159,11 @@ class Timeline:
         return None
 
     def descendants(self, span: Any) -> Iterator[Any]:
-        stack = list(self.children[span.context.span_id])
+        stack = list(self.children.get(span.context.span_id, ()))
         while stack:
             child = stack.pop()
             yield child
-            stack.extend(self.children[child.context.span_id])
+            stack.extend(self.children.get(child.context.span_id, ()))
 
     def step_at(self, span: Any, time_ns: int) -> Step | None:
         """The step ``span`` is in (or is), else the step running at ``time_ns``."""
@@ -187,7 +198,7 @@ class Timeline:
         totals = dict.fromkeys((*semconv.STEP_PARTS, OTHER), 0)
 
         def walk(span: Any, current: str | None) -> None:
-            for child in self.children[span.context.span_id]:
+            for child in self.children.get(span.context.span_id, ()):
                 name = child.name
                 if name in totals and name != OTHER and name != current:
                     took = duration_ns(child)
