@@ -74,10 +74,11 @@ def _straggler(alignment: Alignment) -> Finding:
     where = [n for n in range(steps) if alignment.slowest[n] == index]
     part = Counter(alignment.explained_by[n] for n in where).most_common(1)[0][0]
     waited = statistics.median(
-        statistics.median(r.parts[n][COMMUNICATION] for r in ranks if r is not rank) for n in where
+        statistics.median(r.parts.columns[COMMUNICATION][n] for r in ranks if r is not rank)
+        for n in where
     )
     spread = statistics.median(alignment.spread_ns[n] for n in where)
-    step_median = statistics.median(sum(rank.parts[n].values()) for n in range(steps))
+    step_median = statistics.median(rank.parts.walls[:steps])
     matters = share >= MOSTLY and own_median >= max(MATTERS_NS, MATTERS_SHARE * step_median)
     others_waited = matters and spread > 0 and waited >= WAITED * spread
     text = (
