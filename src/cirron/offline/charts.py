@@ -33,6 +33,17 @@ from .steps import OTHER, Timeline, is_error
 # A longer series is cut into this many buckets, each drawn as its median inside a band from
 # its lowest to its highest value: a chart of a million steps weighs what one of 2,000 does.
 MAX_POINTS = 2000
+# Points of all the lines of one chart together: 64 ranks get 125 buckets a line, not 2,000
+# (the chart would weigh 9 MB), and never fewer than MIN_POINTS.
+CHART_POINTS = 8000
+MIN_POINTS = 100
+
+
+def points_each(lines: int) -> int:
+    """The buckets each of ``lines`` lines of one chart may have."""
+    return max(MIN_POINTS, min(MAX_POINTS, CHART_POINTS // max(lines, 1)))
+
+
 TOP_TENSORS = 8  # norm lines drawn per chart
 LABEL_LENGTH = 40  # characters of a name in a legend or on an axis
 COLORS = {  # one color per part in every process's bars
@@ -100,10 +111,10 @@ def finite(value: Any) -> float | None:
 Buckets = tuple[list[Any], list[float | None], list[float | None], list[float | None]]
 
 
-def downsample(xs: list[Any], ys: list[float | None]) -> Buckets:
-    """At most MAX_POINTS buckets of consecutive points: (each bucket's first x, its median,
+def downsample(xs: list[Any], ys: list[float | None], limit: int = MAX_POINTS) -> Buckets:
+    """At most ``limit`` buckets of consecutive points: (each bucket's first x, its median,
     its lowest and its highest value); a bucket of no finite value is None in each."""
-    size = max(1, math.ceil(len(xs) / MAX_POINTS))
+    size = max(1, math.ceil(len(xs) / limit))
     out_x: list[Any] = []
     medians: list[float | None] = []
     lows: list[float | None] = []
@@ -117,10 +128,12 @@ def downsample(xs: list[Any], ys: list[float | None]) -> Buckets:
     return out_x, medians, lows, highs
 
 
-def add_line(figure: Any, xs: list[Any], ys: list[float | None], name: str) -> None:
-    """A line of ``ys``; past MAX_POINTS points, the buckets' medians inside a band from each
+def add_line(
+    figure: Any, xs: list[Any], ys: list[float | None], name: str, limit: int = MAX_POINTS
+) -> None:
+    """A line of ``ys``; past ``limit`` points, the buckets' medians inside a band from each
     bucket's lowest to its highest value, so a spike stays in sight."""
-    if len(xs) <= MAX_POINTS:
+    if len(xs) <= limit:
         figure.add_scatter(
             x=xs,
             y=ys,
@@ -130,7 +143,7 @@ def add_line(figure: Any, xs: list[Any], ys: list[float | None], name: str) -> N
             hoverinfo="x+y+text",
         )
         return
-    dx, medians, lows, highs = downsample(xs, ys)
+    dx, medians, lows, highs = downsample(xs, ys, limit)
     group = f"band {name}"
     figure.add_scatter(
         x=dx, y=highs, mode="lines", line={"width": 0}, legendgroup=group, showlegend=False,
@@ -192,6 +205,7 @@ def step_charts(charted: Charted) -> list[Chart]:
     step time of each epoch by part."""
     go = plotly()
     step_times, stalls = go.Figure(), go.Figure()
+    limit = points_each(sum(1 for _name, timeline in charted.timelines if timeline.steps))
     for name, timeline in charted.timelines:
         if not timeline.steps:
             continue
@@ -201,8 +215,8 @@ def step_charts(charted: Charted) -> list[Chart]:
             100 * timeline.waiting_ns(step) / step.wall_ns if step.wall_ns else 0.0
             for step in timeline.steps
         ]
-        add_line(step_times, xs, walls, name)
-        add_line(stalls, xs, shares, name)
+        add_line(step_times, xs, walls, name, limit)
+        add_line(stalls, xs, shares, name, limit)
         # The steps the findings name stay points of their own, however the line is cut.
         slow = {n for f in step_findings.slow_steps("", timeline) for n in f.figures["slow_steps"]}
         failed = {step.number for step in timeline.steps if is_error(step.span)}
@@ -289,10 +303,12 @@ def mark_charts(charted: Charted) -> list[Chart]:
         on_steps = all(p[1] is not None for points in by_process.values() for p in points)
         figure = go.Figure()
         non_finite: list[tuple[Any, str]] = []
+        limit = points_each(len(by_process))
         for process, points in by_process.items():
             xs = [p[1] for p in points] if on_steps else list(range(len(points)))
             ys = [p[2] for p in points]
-            add_line(figure, xs, ys, f"{process}: {mark}" if len(by_process) > 1 else mark)
+            name = f"{process}: {mark}" if len(by_process) > 1 else mark
+            add_line(figure, xs, ys, name, limit)
             non_finite += [
                 (x, f"{process}: {mark} not finite")
                 for x, y in zip(xs, ys, strict=True)

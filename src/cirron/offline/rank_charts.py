@@ -9,15 +9,31 @@ from .charts import MAX_POINTS, Chart, plot_text, plotly
 from .ranks import COMMUNICATION, PARTS, WORDS, Alignment
 from .runs import Run
 
+# Cells of the heat map: 64 ranks get 250 columns, 8 ranks 2,000 (hover text and all, a cell
+# weighs about 150 bytes of the page).
+CELLS = 16_000
+
 
 def rank_heat_map(run: Run, alignment: Alignment, several_runs: bool) -> Chart:
-    """Ranks by steps: each cell the rank's own time at that step, in ms."""
-    stride = max(1, -(-alignment.steps // MAX_POINTS))  # at most MAX_POINTS columns
-    numbers = list(range(0, alignment.steps, stride))
+    """Ranks by steps: each cell the rank's own time at that step, in ms; past the cells a
+    chart holds, each column a run of steps and each cell its slowest (a straggler's step
+    stays in sight)."""
+    columns = max(1, min(MAX_POINTS, CELLS // max(len(alignment.ranks), 1)))
+    size = max(1, -(-alignment.steps // columns))
+    numbers = list(range(0, alignment.steps, size))
     z, hover = [], []
     for rank in alignment.ranks:
-        z.append([rank.own_ns(n) / 1e6 for n in numbers])
-        hover.append([plot_text(_cell_text(rank.parts[n])) for n in numbers])
+        row, texts = [], []
+        for first in numbers:
+            slowest = max(range(first, min(first + size, alignment.steps)), key=rank.own_ns)
+            row.append(rank.own_ns(slowest) / 1e6)
+            texts.append(
+                plot_text(
+                    (f"step {slowest}: " if size > 1 else "") + _cell_text(rank.parts[slowest])
+                )
+            )
+        z.append(row)
+        hover.append(texts)
     figure = plotly().Figure(
         plotly().Heatmap(
             z=z,
@@ -37,7 +53,7 @@ def rank_heat_map(run: Run, alignment: Alignment, several_runs: bool) -> Chart:
         figure,
         "A step's wall time less its wait in collectives (all-reduce, barrier): what the other "
         "ranks wait for. The hot row is the rank they waited for."
-        + (f" Every {stride}th step is shown." if stride > 1 else ""),
+        + (f" Each column is {size} steps, each cell the slowest of them." if size > 1 else ""),
     )
 
 

@@ -158,7 +158,14 @@ class Alignment:
 
 
 def align(run: Run) -> Alignment | None:
-    """The straggler view of ``run``; None when it has fewer than two processes with steps."""
+    """The straggler view of ``run``; None when it has fewer than two processes with steps.
+    Worked out once a run."""
+    if "alignment" not in run.worked_out:
+        run.worked_out["alignment"] = _align(run)
+    return run.worked_out["alignment"]  # type: ignore[no-any-return]
+
+
+def _align(run: Run) -> Alignment | None:
     ranks = []
     counts = {}
     for process in run.processes:

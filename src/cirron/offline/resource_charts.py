@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from ..otel import semconv
-from .charts import Chart, Charted, add_line, plotly
+from .charts import Chart, Charted, add_line, plotly, points_each
 from .steps import Timeline
 
 MB = 1 << 20
@@ -26,12 +26,15 @@ def resource_charts(charted: Charted) -> list[Chart]:
     memory, cpu = go.Figure(), go.Figure()
     drawn_memory = drawn_cpu = False
     several = len(charted.timelines) > 1
+    limit = points_each(len(charted.timelines) * len(MEMORY))
+    epochs: set[float] = set()  # where epochs begin, in any process (ranks share them)
     for name, timeline in charted.timelines:
         prefix = f"{name}: " if several else ""
         for attribute, what in MEMORY:
             points = _series(timeline, attribute)
             if points:
-                add_line(memory, [x for x, _ in points], [y / MB for _, y in points], prefix + what)
+                values: list[float | None] = [y / MB for _, y in points]
+                add_line(memory, [x for x, _ in points], values, prefix + what, limit)
                 drawn_memory = True
         shares = [
             (step.number, 100 * value / step.wall_ns)
@@ -39,12 +42,16 @@ def resource_charts(charted: Charted) -> list[Chart]:
             if step.wall_ns and isinstance(value := _attribute(step.span, semconv.CPU_NS), int)
         ]
         if shares:
-            add_line(
-                cpu, [x for x, _ in shares], [y for _, y in shares], prefix + "training thread"
-            )
+            percents: list[float | None] = [y for _, y in shares]
+            add_line(cpu, [x for x, _ in shares], percents, prefix + "training thread", limit)
             drawn_cpu = True
-        _epoch_lines(memory, timeline)
-        _epoch_lines(cpu, timeline)
+        epochs.update(
+            step.number - 0.5
+            for step in timeline.steps
+            if step.first_of_epoch and step.number and step.epoch is not None
+        )
+    _epoch_lines(memory, sorted(epochs))
+    _epoch_lines(cpu, sorted(epochs))
     memory.update_layout(xaxis_title=semconv.STEP, yaxis_title="MB")
     cpu.update_layout(xaxis_title=semconv.STEP, yaxis_title="% of the step on the CPU")
     charts = []
@@ -87,18 +94,15 @@ def _series(timeline: Timeline, attribute: str) -> list[tuple[int, int]]:
 MAX_EPOCH_LINES = 200  # more would hide the chart: every k-th epoch's line, past that
 
 
-def _epoch_lines(figure: Any, timeline: Timeline) -> None:
-    """A dotted line where each epoch begins, as one list of shapes: plotly's ``add_vline``
-    copies every shape before it, and a thousand epochs took minutes."""
-    starts = [
-        step.number - 0.5
-        for step in timeline.steps
-        if step.first_of_epoch and step.number and step.epoch is not None
-    ]
+def _epoch_lines(figure: Any, starts: list[float]) -> None:
+    """A dotted line where each epoch begins, as one list of shapes set once: plotly's
+    ``add_vline`` copies every shape before it (a thousand epochs took minutes), and so does
+    setting them again for each process (64 ranks: minutes again)."""
     every = max(1, math.ceil(len(starts) / MAX_EPOCH_LINES))
     shapes = [
         {"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
          "line": {"dash": "dot", "color": "#999"}}
         for x in starts[::every]
     ]  # fmt: skip
-    figure.update_layout(shapes=list(figure.layout.shapes) + shapes)
+    if shapes:
+        figure.update_layout(shapes=shapes)

@@ -51,6 +51,9 @@ class Run:
     id: str  # the run id, else the session's trace id (hex)
     spans: list[Any] = field(default_factory=list)
     processes: list[Process] = field(default_factory=list)
+    # What is worked out once and read by several parts (the ranks' alignment: the findings
+    # and the report's heat map), by name.
+    worked_out: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def span_count(self) -> int:
