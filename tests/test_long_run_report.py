@@ -49,3 +49,18 @@ def test_a_long_runs_report_is_small_and_shows_its_slow_steps(long_spool, tmp_pa
     assert "slow steps" in chart
     markers = re.findall(r'class="point"', chart)
     assert len(markers) >= 30
+
+
+def test_the_report_of_64_ranks_stays_small_and_keeps_the_slowest_rank_in_sight(tmp_path):
+    """64 ranks of 1,000 steps: each chart's lines share its points, the heat map's cells
+    are the slowest step of their columns (the last rank is the slowest, by 63 us a step)."""
+    from benchmarks.long_runs import write_spool
+
+    write_spool(tmp_path / ".cirron", 1000, ranks=64)
+    report = tmp_path / "report.html"
+    result = cirron("report", "-o", str(report), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert report.stat().st_size < 10 * 2**20
+    text = report.read_text()
+    assert "Each column is 4 steps, each cell the slowest of them." in text  # 16,000 cells
+    assert "rank 63 was the slowest in 100% of" in text
