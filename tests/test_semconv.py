@@ -71,7 +71,7 @@ NOT_NAMES = {
     ("cirron/instrumentors/transformers.py", "train"): "the Trainer's methods",
     ("cirron/instrumentors/transformers.py", "evaluate"): "the Trainer's methods",
     ("cirron/instrumentors/transformers.py", "predict"): "the Trainer's methods",
-    ("cirron/offline/cli.py", "path"): "the command's argument",
+    ("cirron/offline/cli/common.py", "path"): "the command's argument",
     ("cirron/offline/readback.py", "index"): "a field of ci.trace()'s nodes",
     ("cirron/offline/readback.py", "value"): "a field of ci.trace()'s marks",
     ("cirron/offline/readback.py", "kind"): "a field of ci.trace()'s marks",
