@@ -3,6 +3,7 @@
 ::
 
     cirron runs [PATH]
+    cirron watch [PATH] [--run N|ID] [--interval SECONDS] [--plain] [--once]
     cirron show [PATH] [--run N|ID|all] [--name N] [--last K] [--rank R] [--format text|json|df-csv]
     cirron show [PATH] --diagnose [--run N|ID|all]
     cirron export [PATH] --endpoint URL [--protocol http/protobuf|grpc] [--header K=V ...]
@@ -22,7 +23,7 @@ tree per process; ``--diagnose`` prints the findings (:mod:`cirron.offline.findi
 the others are still read. Errors in the arguments exit with 2 before any work, a filter that
 matches nothing with 1.
 
-One module a command (``show``, ``runs``, ``report``, ``compare``, ``export``), each
+One module a command (``show``, ``runs``, ``watch``, ``report``, ``compare``, ``export``), each
 with its function and its ``add_parser``; what they share is in :mod:`.common`.
 """
 
@@ -35,7 +36,7 @@ from collections.abc import Sequence
 
 from ...otel.version import __version__
 from .. import compare as comparing
-from . import compare, export, report, runs, show
+from . import compare, export, report, runs, show, watch
 from .common import NothingMatches, SpoolError
 
 
@@ -47,6 +48,7 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     show.add_parser(commands)
     runs.add_parser(commands)
+    watch.add_parser(commands)
     report.add_parser(commands)
     compare.add_parser(commands)
     export.add_parser(commands)

@@ -1,0 +1,211 @@
+"""What ``cirron watch`` shows of a run, worked out from what :mod:`cirron.offline.live` read.
+
+The step figures are of the recent window (the last :data:`cirron.offline.live.WINDOW` steps
+of each process): the median and 95th percentile of the step's wall time, the time in each
+part (``data_load``, ``forward``, ``backward``, ``optimizer_step``, ``other``) counted as
+the report counts it (:meth:`cirron.offline.step_table.StepTable.part_times`), and the
+input-bound share: the wait for data over the steps' wall time, as the ``input`` finding
+says it. The findings are those of ``cirron show --diagnose`` (:func:`cirron.offline.
+findings.diagnose`), run on the window's rows, and one of its own: a stall, no step for
+:data:`STALL_TIMES` times the median step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+
+from ..exporters.lines import format_duration
+from ..otel import semconv
+from . import findings
+from .finding import WARNING, Finding
+from .live import LiveRun, MetricsFollower
+from .runs import Process, Run
+from .step_table import PARTS, StepTable
+from .steps import OTHER
+
+SHOWN_PARTS = (*PARTS, OTHER)
+STALL_TIMES = 10  # no step for this many median steps (and at least STALL_MIN_S): a stall
+STALL_MIN_S = 5.0
+
+
+@dataclass
+class Rank:
+    label: str
+    steps: int
+    median_ns: int
+    parts_ns: dict[str, int]  # each part's median over the window
+
+
+@dataclass
+class Figures:
+    """The figures of one run at one moment."""
+
+    id: str
+    frameworks: list[str]
+    processes: list[str]
+    elapsed_ns: int
+    steps: int
+    steps_per_s: float | None = None
+    window: int = 0  # the recent steps the step figures are of
+    median_ns: int | None = None
+    p95_ns: int | None = None
+    parts_ns: dict[str, int] = field(default_factory=dict)  # mean time a step, by part
+    input_share: float | None = None
+    marks: dict[str, list[float]] = field(default_factory=dict)  # name -> recent values
+    memory: dict[str, float] = field(default_factory=dict)  # label -> bytes
+    cpu: float | None = None  # the training thread's CPU time over wall time
+    gpu: list[float] = field(default_factory=list)  # each GPU's utilisation, 0..1
+    ranks: list[Rank] = field(default_factory=list)
+    slowest: str | None = None  # the slowest rank's label, with the part it is slow in
+    findings: list[Finding] = field(default_factory=list)
+    ended: str | None = None  # why the run is over, or None
+
+
+def _percentile(ordered: list[int], share: float) -> int:
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def figures(run: LiveRun, metrics: MetricsFollower, now_ns: int, ended: str | None) -> Figures:
+    """The figures of ``run`` (``now_ns``: the wall clock, for the elapsed time and a stall)."""
+    end = run.end_ns if ended else max(now_ns, run.end_ns)
+    found = Figures(
+        run.id,
+        run.frameworks,
+        [p.label for p in run.processes],
+        end - run.start_ns,
+        run.steps,
+        ended=ended,
+    )
+    tables = [(process, process.window()) for process in run.processes]
+    walls: list[int] = []
+    parts = dict.fromkeys(SHOWN_PARTS, 0)
+    waited = 0
+    rates = []
+    for process, table in tables:
+        rows = table.steps()
+        if not rows:
+            continue
+        walls += [table.wall[row] for row in rows]
+        by_part = [table.part_times(row) for row in rows]
+        for times in by_part:
+            for part in SHOWN_PARTS:
+                parts[part] += times[part]
+        waited += sum(t[semconv.DATA_LOAD] for t in by_part)
+        first, last = rows[0], rows[-1]
+        span = table.start[last] + table.wall[last] - table.start[first]
+        if len(rows) > 1 and span > 0:
+            rates.append(len(rows) / (span / 1e9))
+        found.ranks.append(_rank(process.label, process.step_count, by_part, table, rows))
+    if walls:
+        ordered = sorted(walls)
+        found.window = len(walls)
+        found.median_ns = _percentile(ordered, 0.5)
+        found.p95_ns = _percentile(ordered, 0.95)
+        found.parts_ns = {part: total // len(walls) for part, total in parts.items()}
+        found.input_share = waited / sum(walls) if sum(walls) else None
+    if rates:
+        found.steps_per_s = min(rates)  # the ranks step together: the slowest sets the pace
+    _resources(found, run, metrics)
+    _ranks(found)
+    found.findings = _findings(run, tables, found, now_ns)
+    for process in run.processes:
+        for name, values in process.marks.items():
+            found.marks.setdefault(name, list(values))
+    return found
+
+
+def _rank(
+    label: str, steps: int, by_part: list[dict[str, int]], table: StepTable, rows: list[int]
+) -> Rank:
+    return Rank(
+        label,
+        steps,
+        int(statistics.median(table.wall[row] for row in rows)),
+        {part: int(statistics.median(t[part] for t in by_part)) for part in SHOWN_PARTS},
+    )
+
+
+def _ranks(found: Figures) -> None:
+    """The slowest rank, when several step, and the part it is slowest in against the rest."""
+    ranks = [rank for rank in found.ranks if rank.median_ns]
+    if len(ranks) < 2:
+        return
+    slowest = max(ranks, key=lambda rank: rank.median_ns)
+    others = [rank for rank in ranks if rank is not slowest]
+    typical = statistics.median(rank.median_ns for rank in others)
+    if slowest.median_ns < typical * 1.1:
+        return  # within 10 %: no straggler
+    excess = {
+        part: slowest.parts_ns[part] - statistics.median(r.parts_ns[part] for r in others)
+        for part in SHOWN_PARTS
+    }
+    part = max(excess, key=lambda name: excess[name])
+    found.slowest = f"{slowest.label} (+{format_duration(int(excess[part]))} in {part})"
+
+
+def _resources(found: Figures, run: LiveRun, metrics: MetricsFollower) -> None:
+    """Memory from the steps' last measures, CPU from the window, GPU from the metrics."""
+    several = len(run.processes) > 1
+    cpu, wall = 0, 0
+    for process in run.processes:
+        who = f"{process.label} " if several else ""
+        rss = process.last.get(semconv.PROCESS_MEMORY_USAGE)
+        if isinstance(rss, int | float):
+            found.memory[f"{who}host"] = float(rss)
+        peak = process.last.get(semconv.CUDA_MEMORY_PEAK_ALLOCATED)
+        if isinstance(peak, int | float):
+            found.memory[f"{who}device peak"] = float(peak)
+    pids = {p.resource.get(semconv.PROCESS_PID) for p in run.processes}
+    utilisation = metrics.of(semconv.PROCESS_CPU_UTILIZATION, pids)
+    if utilisation:
+        found.cpu = max(utilisation)
+    for process in run.processes:  # else the training thread's, from the steps
+        table = process.window()
+        measured = table.attributes.get(semconv.CPU_NS, {})
+        for row, value in measured.items():
+            if isinstance(value, int | float) and table.wall[row]:
+                cpu += int(value)
+                wall += table.wall[row]
+    if found.cpu is None and wall:
+        found.cpu = cpu / wall
+    found.gpu = metrics.of(semconv.HW_GPU_UTILIZATION, pids)
+
+
+def _findings(
+    run: LiveRun, tables: list[tuple[Any, StepTable]], found: Figures, now_ns: int
+) -> list[Finding]:
+    """The findings of ``--diagnose`` on the window's rows, and a stall."""
+    processes = []
+    spans: list[Any] = []
+    for process, table in tables:
+        mine = table.row_spans(Resource(table.resource))
+        spans += mine
+        processes.append(Process(process.label, process.rank, mine, table))
+    said: list[Finding] = []
+    if spans:
+        window = Run(run.id, spans, processes)
+        said = findings.diagnose(window)
+    if found.median_ns and not found.ended:
+        idle = (now_ns - run.end_ns) / 1e9
+        if idle > max(STALL_MIN_S, STALL_TIMES * found.median_ns / 1e9):
+            said.insert(
+                0,
+                Finding(
+                    WARNING,
+                    f"No step for {idle:.0f} s ({idle / (found.median_ns / 1e9):.0f}x the median "
+                    "step): the run is stalled, or in a long evaluation or checkpoint.",
+                    "look at the training's own output, or `py-spy dump --pid PID` for where "
+                    "it waits",
+                    "stall",
+                ),
+            )
+    return said
+
+
+def now_ns() -> int:
+    return time.time_ns()
