@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exporters import metrics_files, spool_index
+from ..exporters import metrics_files, spool_index, spool_reader
 from ..otel import semconv
-from .runs import label_of, process_key_of
+from .runs import label_of, process_key, process_key_of
 from .step_table import StepTable
 from .step_table import _well_formed as _well_formed_rows  # (the one check of a flush's rows)
 
@@ -54,8 +54,13 @@ class Followed:
     flushed_at: float = 0.0  # when it last wrote, as far as known (wall clock, seconds)
     recent: collections.deque[dict[str, Any]] = field(default_factory=collections.deque)
     recent_rows: int = 0
+    rows_seen: list[int] = field(default_factory=lambda: [0, 0])  # step rows, batch rows
     marks: dict[str, collections.deque[float]] = field(default_factory=dict)
     last: dict[str, Any] = field(default_factory=dict)  # each numeric attribute's last value
+    # Its steps hold collectives: the ranks' figures need the spans (a collective's wait is
+    # told from the work by its place in the backward), read from the window's files once.
+    needs_spans: bool = False
+    _spans: dict[str, list[Any]] = field(default_factory=dict, repr=False)
 
     @property
     def step_count(self) -> int:
@@ -71,6 +76,8 @@ class Followed:
         self.steps += line["steps"]
         self.batches += line["batches"]
         self.errors += line["errors"]
+        if semconv.COLLECTIVE in (line.get("names") or {}):
+            self.needs_spans = True
         for session in line["sessions"]:
             self.ended = True
             for name in session.get("frameworks") or ():
@@ -81,6 +88,9 @@ class Followed:
     def add_rows(self, rows: dict[str, Any]) -> None:
         """A flush's step rows: kept while they hold the last :data:`WINDOW` steps."""
         count = len(rows["rows"]["id"])
+        for kind in rows["rows"]["kind"]:
+            if kind in (0, 1):
+                self.rows_seen[kind] += 1
         self.recent.append(rows)
         self.recent_rows += count
         while len(self.recent) > 1 and self.recent_rows - len(self.recent[0]["rows"]["id"]) >= (
@@ -102,6 +112,29 @@ class Followed:
         for rows in self.recent:
             table.add(rows)
         return table
+
+    def window_spans(self, folder: str) -> list[Any]:
+        """The spans of this process in the spool files of the recent steps, each file read
+        once while its steps are in the window."""
+        files = [rows["file"] for rows in self.recent]
+        for name in list(self._spans):
+            if name not in files:
+                del self._spans[name]
+        found: list[Any] = []
+        for name in dict.fromkeys(files):
+            if name not in self._spans:
+                read = spool_reader.read_file(os.path.join(folder, name))
+                self._spans[name] = [
+                    span for span in read.spans if process_key(span.resource) == self.key
+                ]
+            found += self._spans[name]
+        return found
+
+    def first_number(self, table: StepTable) -> int:
+        """The run's number (0, 1, ... of this process) of the first of ``table``'s steps."""
+        steps = table.steps()
+        kind = table.kind[steps[0]] if steps else 0
+        return self.rows_seen[kind] - len(steps)
 
     def alive(self) -> bool | None:
         """Whether the process still runs: None where that can't be told (another host)."""
@@ -175,6 +208,11 @@ class IndexFollower:
         self.offsets: dict[str, int] = {}
         self.processes: dict[tuple[Any, ...], Followed] = {}
         self.metrics = MetricsFollower(directory)
+
+    @property
+    def spool_folder(self) -> str:
+        """Where the spool files are (asked each time: the run may not have made it yet)."""
+        return spool_reader.spool_folder(self.directory)
 
     def poll(self) -> bool:
         """Read what is new; True when something was."""

@@ -23,10 +23,10 @@ from ..exporters.lines import format_duration
 from ..otel import semconv
 from . import findings
 from .finding import WARNING, Finding
-from .live import LiveRun, MetricsFollower
+from .live import Followed, IndexFollower, LiveRun, MetricsFollower
 from .runs import Process, Run
-from .step_table import PARTS, StepTable
-from .steps import OTHER
+from .step_table import PARTS, STEP, StepTable
+from .steps import OTHER, span_id
 
 SHOWN_PARTS = (*PARTS, OTHER)
 STALL_TIMES = 10  # no step for this many median steps (and at least STALL_MIN_S): a stall
@@ -58,7 +58,8 @@ class Figures:
     input_share: float | None = None
     marks: dict[str, list[float]] = field(default_factory=dict)  # name -> recent values
     memory: dict[str, float] = field(default_factory=dict)  # label -> bytes
-    cpu: float | None = None  # the training thread's CPU time over wall time
+    cpu: float | None = None  # CPU time over wall time
+    cpu_of: str = "process"  # whose: the process's (its metric, over all cores), else the steps'
     gpu: list[float] = field(default_factory=list)  # each GPU's utilisation, 0..1
     ranks: list[Rank] = field(default_factory=list)
     slowest: str | None = None  # the slowest rank's label, with the part it is slow in
@@ -70,8 +71,9 @@ def _percentile(ordered: list[int], share: float) -> int:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def figures(run: LiveRun, metrics: MetricsFollower, now_ns: int, ended: str | None) -> Figures:
+def figures(run: LiveRun, follower: IndexFollower, now_ns: int, ended: str | None) -> Figures:
     """The figures of ``run`` (``now_ns``: the wall clock, for the elapsed time and a stall)."""
+    metrics, spool_folder = follower.metrics, follower.spool_folder
     end = run.end_ns if ended else max(now_ns, run.end_ns)
     found = Figures(
         run.id,
@@ -82,12 +84,13 @@ def figures(run: LiveRun, metrics: MetricsFollower, now_ns: int, ended: str | No
         ended=ended,
     )
     tables = [(process, process.window()) for process in run.processes]
+    steps_of = _aligned(tables)
     walls: list[int] = []
     parts = dict.fromkeys(SHOWN_PARTS, 0)
     waited = 0
     rates = []
     for process, table in tables:
-        rows = table.steps()
+        rows = steps_of[process.key]
         if not rows:
             continue
         walls += [table.wall[row] for row in rows]
@@ -103,7 +106,7 @@ def figures(run: LiveRun, metrics: MetricsFollower, now_ns: int, ended: str | No
         found.ranks.append(_rank(process.label, process.step_count, by_part, table, rows))
     if walls:
         ordered = sorted(walls)
-        found.window = len(walls)
+        found.window = max(len(rows) for rows in steps_of.values())
         found.median_ns = _percentile(ordered, 0.5)
         found.p95_ns = _percentile(ordered, 0.95)
         found.parts_ns = {part: total // len(walls) for part, total in parts.items()}
@@ -111,8 +114,8 @@ def figures(run: LiveRun, metrics: MetricsFollower, now_ns: int, ended: str | No
     if rates:
         found.steps_per_s = min(rates)  # the ranks step together: the slowest sets the pace
     _resources(found, run, metrics)
-    _ranks(found)
-    found.findings = _findings(run, tables, found, now_ns)
+    found.findings = _findings(run, tables, steps_of, found, now_ns, spool_folder)
+    found.slowest = _straggler(found.findings)
     for process in run.processes:
         for name, values in process.marks.items():
             found.marks.setdefault(name, list(values))
@@ -130,22 +133,31 @@ def _rank(
     )
 
 
-def _ranks(found: Figures) -> None:
-    """The slowest rank, when several step, and the part it is slowest in against the rest."""
-    ranks = [rank for rank in found.ranks if rank.median_ns]
-    if len(ranks) < 2:
-        return
-    slowest = max(ranks, key=lambda rank: rank.median_ns)
-    others = [rank for rank in ranks if rank is not slowest]
-    typical = statistics.median(rank.median_ns for rank in others)
-    if slowest.median_ns < typical * 1.1:
-        return  # within 10 %: no straggler
-    excess = {
-        part: slowest.parts_ns[part] - statistics.median(r.parts_ns[part] for r in others)
-        for part in SHOWN_PARTS
+def _aligned(tables: list[tuple[Followed, StepTable]]) -> dict[tuple[Any, ...], list[int]]:
+    """Each process's window steps (rows) that every process with steps has: the ranks are
+    compared step for step (:func:`cirron.offline.ranks.align` lines them up by position)."""
+    steps = {process.key: table.steps() for process, table in tables}
+    firsts = {p.key: p.first_number(table) for p, table in tables if steps[p.key]}
+    if len(firsts) < 2:
+        return steps
+    start = max(firsts.values())
+    end = min(firsts[key] + len(steps[key]) for key in firsts)
+    return {
+        key: rows[max(0, start - firsts[key]) : max(0, end - firsts[key])] if key in firsts else []
+        for key, rows in steps.items()
     }
-    part = max(excess, key=lambda name: excess[name])
-    found.slowest = f"{slowest.label} (+{format_duration(int(excess[part]))} in {part})"
+
+
+def _straggler(said: list[Finding]) -> str | None:
+    """The rank the others wait for, as the ranks' finding names it, and where it is slow."""
+    for finding in said:
+        if finding.chart == "ranks" and finding.severity == WARNING and "rank" in finding.figures:
+            figures = finding.figures
+            return (
+                f"{figures['rank']} (+{format_duration(int(figures['excess_ns']))} a step in "
+                f"{figures['part']})"
+            )
+    return None
 
 
 def _resources(found: Figures, run: LiveRun, metrics: MetricsFollower) -> None:
@@ -172,24 +184,46 @@ def _resources(found: Figures, run: LiveRun, metrics: MetricsFollower) -> None:
                 cpu += int(value)
                 wall += table.wall[row]
     if found.cpu is None and wall:
-        found.cpu = cpu / wall
+        found.cpu, found.cpu_of = cpu / wall, "training thread"
     found.gpu = metrics.of(semconv.HW_GPU_UTILIZATION, pids)
 
 
 def _findings(
-    run: LiveRun, tables: list[tuple[Any, StepTable]], found: Figures, now_ns: int
+    run: LiveRun,
+    tables: list[tuple[Followed, StepTable]],
+    steps_of: dict[tuple[Any, ...], list[int]],
+    found: Figures,
+    now_ns: int,
+    spool_folder: str,
 ) -> list[Finding]:
-    """The findings of ``--diagnose`` on the window's rows, and a stall."""
+    """The findings of ``--diagnose`` on the window's rows, and a stall. Not the ranks'
+    uneven step counts: each rank's window ends where its last flush did."""
     processes = []
     spans: list[Any] = []
     for process, table in tables:
-        mine = table.row_spans(Resource(table.resource))
+        kept = set(steps_of[process.key])
+        kinds = {table.kind[row] for row in kept}
+        if process.needs_spans:
+            ids = {table.ids[row] for row in kept}
+            steps = {semconv.STEP if kind == STEP else semconv.BATCH for kind in kinds}
+            mine = [
+                span
+                for span in process.window_spans(spool_folder)
+                if span.name not in steps or span_id(span) in ids
+            ]
+            processes.append(Process(process.label, process.rank, mine))
+        else:
+            mine = [
+                span
+                for span in table.row_spans(Resource(table.resource))
+                if span.row in kept or table.kind[span.row] not in kinds
+            ]
+            processes.append(Process(process.label, process.rank, mine, table))
         spans += mine
-        processes.append(Process(process.label, process.rank, mine, table))
     said: list[Finding] = []
     if spans:
         window = Run(run.id, spans, processes)
-        said = findings.diagnose(window)
+        said = [f for f in findings.diagnose(window) if "step_counts" not in f.figures]
     if found.median_ns and not found.ended:
         idle = (now_ns - run.end_ns) / 1e9
         if idle > max(STALL_MIN_S, STALL_TIMES * found.median_ns / 1e9):

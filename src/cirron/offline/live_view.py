@@ -65,10 +65,11 @@ def heading(figures: Figures) -> str:
     """One line: the run, its framework(s), processes, time, steps and pace."""
     pace = f" · {figures.steps_per_s:.1f} steps/s" if figures.steps_per_s else ""
     state = f" · {figures.ended}" if figures.ended else " · running"
+    # (the frameworks are on the session span, written when the run ends)
+    frameworks = f" · {', '.join(figures.frameworks)}" if figures.frameworks else ""
     return (
-        f"run {figures.id[:16]} · {', '.join(figures.frameworks) or 'framework not known yet'}"
-        f" · {', '.join(figures.processes)} · {format_duration(figures.elapsed_ns)} · "
-        f"{figures.steps:,} steps{pace}{state}"
+        f"run {figures.id[:16]}{frameworks} · {', '.join(figures.processes)} · "
+        f"{format_duration(figures.elapsed_ns)} · {figures.steps:,} steps{pace}{state}"
     )
 
 
@@ -76,9 +77,10 @@ def step_line(figures: Figures) -> str:
     if figures.median_ns is None:
         return "no steps yet"
     share = f" · input-bound {figures.input_share:.0%}" if figures.input_share is not None else ""
+    each = " of each rank" if len(figures.ranks) > 1 else ""
     return (
         f"step {format_duration(figures.median_ns)} median / "
-        f"{format_duration(figures.p95_ns)} p95 (the last {figures.window} steps){share}"
+        f"{format_duration(figures.p95_ns)} p95 (the last {figures.window} steps{each}){share}"
     )
 
 
@@ -104,7 +106,7 @@ def _bar(figures: Figures) -> Text:
 def _resources(figures: Figures) -> str:
     said = [f"{label} {_bytes(value)}" for label, value in figures.memory.items()]
     if figures.cpu is not None:
-        said.append(f"CPU {figures.cpu:.0%}")
+        said.append(f"{figures.cpu_of} CPU {figures.cpu:.0%}")
     if figures.gpu:
         said.append("GPU " + " ".join(f"{value:.0%}" for value in figures.gpu))
     return " · ".join(said)

@@ -79,7 +79,7 @@ def _waiting(follower: IndexFollower, arguments: argparse.Namespace) -> str:
 
 
 def _figures(follower: IndexFollower, run: LiveRun) -> live_figures.Figures:
-    return live_figures.figures(run, follower.metrics, time.time_ns(), _ended(run))
+    return live_figures.figures(run, follower, time.time_ns(), _ended(run))
 
 
 def _live(follower: IndexFollower, arguments: argparse.Namespace, passed_over: set[str]) -> int:
