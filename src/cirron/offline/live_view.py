@@ -17,16 +17,18 @@ from rich.table import Table
 from rich.text import Text
 
 from ..exporters.lines import format_duration, format_value
+from ..otel import semconv
 from .live_figures import SHOWN_PARTS, Figures
+from .steps import OTHER
 
 PART_STYLES = {
-    "data_load": "red",
-    "forward": "green",
-    "backward": "blue",
-    "optimizer_step": "magenta",
-    "other": "bright_black",
+    semconv.DATA_LOAD: "red",
+    semconv.FORWARD: "green",
+    semconv.BACKWARD: "blue",
+    semconv.OPTIMIZER_STEP: "magenta",
+    OTHER: "bright_black",
 }
-PART_NAMES = {"data_load": "data", "optimizer_step": "optimizer"}
+PART_NAMES = {semconv.DATA_LOAD: "data", semconv.OPTIMIZER_STEP: "optimizer"}
 SPARKS = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 40
 SPARK_WIDTH = 30
