@@ -253,3 +253,40 @@ def test_two_ranks_under_torchrun_show_a_line_each_and_name_the_rank_slow_in_its
         assert "optimizer_step" in screen.split("slowest: rank 1")[1].splitlines()[0]
         screen = tmux.wait_for(watching, exited, timeout=180)
         assert exit_status(screen) == 0 and "slowest rank: rank 1" in screen
+
+
+def test_the_follower_reads_only_what_was_appended_and_keeps_the_recent_steps(tmp_path):
+    from cirron.offline import live
+
+    script = tmp_path / "steps.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            import time
+
+            import cirron as ci
+
+            ci.profile(flush_interval=0.05)
+            for step in ci.batches(range(int(sys.argv[1]))):
+                ci.mark("loss", 1.0 / (step + 1))
+                if step % 50 == 0:
+                    time.sleep(0.06)  # a flush every 50 steps or so: many small files
+            """
+        )
+    )
+    assert run_script(script, "3000", cwd=tmp_path, timeout=120).returncode == 0
+    follower = live.IndexFollower(str(tmp_path / ".cirron"))
+    assert follower.poll() is True
+    assert follower.poll() is False  # nothing appended since: nothing read again
+    ((process),) = follower.processes.values()
+    assert process.step_count == 3000 and process.ended
+    assert len(process.recent) < 20  # the flushes of the last WINDOW steps, not all of them
+    assert live.WINDOW <= process.recent_rows < live.WINDOW + 200
+    assert len(process.marks["loss"]) == live.HISTORY
+    assert process.marks["loss"][-1] == 1.0 / 3000
+    files = len(list((tmp_path / ".cirron" / "spool").iterdir()))
+    assert files > 20  # (the run did write many files)
+    assert run_script(script, "100", cwd=tmp_path, timeout=120).returncode == 0
+    assert follower.poll() is True  # a second run appended: only that is read
+    assert [run.steps for run in follower.runs()] == [3000, 100]

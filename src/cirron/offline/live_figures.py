@@ -13,7 +13,6 @@ findings.diagnose`), run on the window's rows, and one of its own: a stall, no s
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,9 +84,24 @@ def figures(run: LiveRun, follower: IndexFollower, now_ns: int, ended: str | Non
     )
     tables = [(process, process.window()) for process in run.processes]
     steps_of = _aligned(tables)
+    _steps(found, tables, steps_of)
+    _resources(found, tables, metrics)
+    found.findings = _findings(run, tables, steps_of, found, now_ns, spool_folder)
+    found.slowest = _straggler(found.findings)
+    for process in run.processes:
+        for name, values in process.marks.items():
+            found.marks.setdefault(name, list(values))
+    return found
+
+
+def _steps(
+    found: Figures,
+    tables: list[tuple[Followed, StepTable]],
+    steps_of: dict[tuple[Any, ...], list[int]],
+) -> None:
+    """The step figures of the window: wall time, parts, input share, pace, each rank's."""
     walls: list[int] = []
     parts = dict.fromkeys(SHOWN_PARTS, 0)
-    waited = 0
     rates = []
     for process, table in tables:
         rows = steps_of[process.key]
@@ -98,7 +112,6 @@ def figures(run: LiveRun, follower: IndexFollower, now_ns: int, ended: str | Non
         for times in by_part:
             for part in SHOWN_PARTS:
                 parts[part] += times[part]
-        waited += sum(t[semconv.DATA_LOAD] for t in by_part)
         first, last = rows[0], rows[-1]
         span = table.start[last] + table.wall[last] - table.start[first]
         if len(rows) > 1 and span > 0:
@@ -110,16 +123,10 @@ def figures(run: LiveRun, follower: IndexFollower, now_ns: int, ended: str | Non
         found.median_ns = _percentile(ordered, 0.5)
         found.p95_ns = _percentile(ordered, 0.95)
         found.parts_ns = {part: total // len(walls) for part, total in parts.items()}
-        found.input_share = waited / sum(walls) if sum(walls) else None
+        total = sum(walls)
+        found.input_share = parts[semconv.DATA_LOAD] / total if total else None
     if rates:
         found.steps_per_s = min(rates)  # the ranks step together: the slowest sets the pace
-    _resources(found, run, metrics)
-    found.findings = _findings(run, tables, steps_of, found, now_ns, spool_folder)
-    found.slowest = _straggler(found.findings)
-    for process in run.processes:
-        for name, values in process.marks.items():
-            found.marks.setdefault(name, list(values))
-    return found
 
 
 def _rank(
@@ -160,11 +167,13 @@ def _straggler(said: list[Finding]) -> str | None:
     return None
 
 
-def _resources(found: Figures, run: LiveRun, metrics: MetricsFollower) -> None:
+def _resources(
+    found: Figures, tables: list[tuple[Followed, StepTable]], metrics: MetricsFollower
+) -> None:
     """Memory from the steps' last measures, CPU from the window, GPU from the metrics."""
-    several = len(run.processes) > 1
+    several = len(tables) > 1
     cpu, wall = 0, 0
-    for process in run.processes:
+    for process, _table in tables:
         who = f"{process.label} " if several else ""
         rss = process.last.get(semconv.PROCESS_MEMORY_USAGE)
         if isinstance(rss, int | float):
@@ -172,12 +181,11 @@ def _resources(found: Figures, run: LiveRun, metrics: MetricsFollower) -> None:
         peak = process.last.get(semconv.CUDA_MEMORY_PEAK_ALLOCATED)
         if isinstance(peak, int | float):
             found.memory[f"{who}device peak"] = float(peak)
-    pids = {p.resource.get(semconv.PROCESS_PID) for p in run.processes}
+    pids = {process.resource.get(semconv.PROCESS_PID) for process, _table in tables}
     utilisation = metrics.of(semconv.PROCESS_CPU_UTILIZATION, pids)
     if utilisation:
         found.cpu = max(utilisation)
-    for process in run.processes:  # else the training thread's, from the steps
-        table = process.window()
+    for _process, table in tables:  # else the training thread's, from the steps
         measured = table.attributes.get(semconv.CPU_NS, {})
         for row, value in measured.items():
             if isinstance(value, int | float) and table.wall[row]:
@@ -239,7 +247,3 @@ def _findings(
                 ),
             )
     return said
-
-
-def now_ns() -> int:
-    return time.time_ns()
