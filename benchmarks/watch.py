@@ -12,11 +12,13 @@ anyway and talks to no one: the two should be the same, within the noise.
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 from .table import Row, half_iqr
@@ -62,8 +64,9 @@ STEPS = textwrap.dedent(
 )
 
 
-def _step_ns(blocks: int, watched: bool) -> float:
-    """The median step of one profiled run, with a watcher attached or not."""
+def _step_ns(blocks: int, watched: bool) -> tuple[float, float | None]:
+    """The median step of one profiled run, with a watcher attached or not; and the
+    watcher's CPU time over the run's wall time."""
     with tempfile.TemporaryDirectory() as folder:
         environment = {
             key: value for key, value in os.environ.items() if not key.startswith("CIRRON_")
@@ -75,6 +78,7 @@ def _step_ns(blocks: int, watched: bool) -> float:
                 cwd=folder, env=environment, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )  # fmt: skip
+        began = time.monotonic()
         try:
             result = subprocess.run(
                 [sys.executable, "-c", STEPS, str(blocks)],
@@ -82,21 +86,30 @@ def _step_ns(blocks: int, watched: bool) -> float:
                 check=True,
             )  # fmt: skip
         finally:
-            if watcher is not None:
+            wall = time.monotonic() - began
+            share = None
+            if watcher is not None:  # its CPU: what the children reaped add when it is
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 watcher.terminate()
                 watcher.wait(timeout=30)
-        return float(result.stdout.strip().splitlines()[-1])
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                share = cpu / wall
+        return float(result.stdout.strip().splitlines()[-1]), share
 
 
 def run(quick: bool = False) -> list[Row]:
     import torch  # noqa: F401  (ImportError: the benchmark is skipped without torch)
 
-    rounds, blocks = (1, 10) if quick else (5, 150)
+    rounds, blocks = (1, 10) if quick else (7, 100)
     bare: list[float] = []
     watched: list[float] = []
+    shares: list[float] = []
     for _ in range(rounds):
-        bare.append(_step_ns(blocks, watched=False))
-        watched.append(_step_ns(blocks, watched=True))
+        bare.append(_step_ns(blocks, watched=False)[0])
+        step, share = _step_ns(blocks, watched=True)
+        watched.append(step)
+        shares.append(100 * (share or 0.0))
     return [
         Row(
             "MLP 3x512 step, `cirron watch` attached",
@@ -104,8 +117,15 @@ def run(quick: bool = False) -> list[Row]:
             "the same run, no watcher",
             statistics.median(bare),
             spread=half_iqr(watched),
-            note="cirron watch: the profiled step with a watcher following the run from another "
-            "process (refreshing each second), against the same run with none; rounds "
-            "alternate",
-        )
+            note="the profiled step with a watcher following the run from another process "
+            "(refreshing each second), against the same run with none; rounds alternate",
+        ),
+        Row(
+            "`cirron watch` CPU, of the run's wall time",
+            statistics.median(shares),
+            unit="%",
+            spread=half_iqr(shares),
+            note="the watcher's own CPU time (user and system) over the wall time of the run "
+            "it followed, start-up included",
+        ),
     ]

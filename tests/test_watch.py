@@ -228,6 +228,17 @@ def test_a_run_that_crashed_is_said_to_have(tmp_path):
     assert "the run crashed: its process ended without closing the run." in out
 
 
+def test_watch_follows_one_run_and_a_spool_file_is_no_folder(tmp_path, data_bound):
+    refused = cirron("watch", "--run", "all", cwd=tmp_path)
+    assert refused.returncode == 2 and "--run all: watch follows one run" in refused.stderr
+    assert run_script(data_bound, "5", cwd=tmp_path, timeout=120).returncode == 0
+    spool_file = sorted((tmp_path / ".cirron" / "spool").iterdir())[0]
+    refused = cirron("watch", str(spool_file), cwd=tmp_path)
+    assert refused.returncode == 2 and "is a file: watch a cirron directory" in refused.stderr
+    unknown = cirron("watch", "--run", "7", cwd=tmp_path)
+    assert unknown.returncode == 2 and "names no run" in unknown.stderr
+
+
 @pytest.mark.parametrize("interval", ["0", "-1", "99999"])
 def test_a_bad_interval_is_refused_before_any_work(tmp_path, interval):
     refused = cirron("watch", "--interval", interval, cwd=tmp_path)
@@ -290,3 +301,12 @@ def test_the_follower_reads_only_what_was_appended_and_keeps_the_recent_steps(tm
     assert run_script(script, "100", cwd=tmp_path, timeout=120).returncode == 0
     assert follower.poll() is True  # a second run appended: only that is read
     assert [run.steps for run in follower.runs()] == [3000, 100]
+
+
+def test_a_sparkline_draws_the_lowest_to_the_highest_a_flat_series_flat_and_nan_as_a_mark():
+    from cirron.offline.live_view import sparkline
+
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([0.05] * 90) == "▁" * 30  # 90 values in 30 buckets, their means equal
+    assert sparkline([1.0, float("nan"), 3.0]) == "▁!█"
+    assert sparkline([]) == ""

@@ -55,6 +55,8 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
     finite = [m for m in means if math.isfinite(m)]
     low, high = (min(finite), max(finite)) if finite else (0.0, 0.0)
     spread = high - low
+    if spread <= 1e-9 * max(abs(low), abs(high)):  # the same value (a mean rounds): flat
+        spread = 0.0
     return "".join(
         "!"
         if not math.isfinite(m)

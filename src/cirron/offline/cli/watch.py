@@ -32,6 +32,8 @@ def watch(arguments: argparse.Namespace) -> int:
             f"--interval must be seconds, more than 0 and at most {MAX_INTERVAL:.0f}, "
             f"got {arguments.interval}"
         )
+    if arguments.run == runs.ALL:
+        raise argparse.ArgumentTypeError("--run all: watch follows one run (N or an id)")
     path = arguments.path
     if os.path.isfile(path):
         raise SpoolError(f"{path} is a file: watch a cirron directory (default ./.cirron)")
