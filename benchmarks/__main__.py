@@ -27,6 +27,7 @@ from . import (
     reference,
     snapshots,
     torch_steps,
+    watch,
 )
 from .table import Row, markdown_table, print_table
 
@@ -65,6 +66,7 @@ def _run_each(quick: bool, only: list[str] | None = None) -> dict[str, list[Row]
         (inference, ""),  # its generate rows only where transformers is installed
         (collectives, "torch"),  # a collective span, a DDP bucket's
         (long_runs, ""),  # a synthetic spool read back: bytes a step, each command's cost
+        (watch, "torch"),  # the MLP step with `cirron watch` attached, and without
         (peers, "TraceML / one-logger (bash scripts/peers-venvs.sh)"),  # the same MLP step
     ]
     names = [module.__name__.rpartition(".")[2] for module, _ in benchmarks]

@@ -306,6 +306,9 @@ _MEANING = {
     "step_resources_interval": "seconds between steps that carry their CPU time and memory "
     "(`cpu_ns`, `process.memory.usage`, CUDA peaks), each exact for its step; a step this long "
     "or longer always carries them; `0`: every step",
+    "run_summary": "the run's summary on stderr when it ends (steps, step time by part, the "
+    "input-bound share, findings; see [watching a run](../guide/watching.md)); unset, on when "
+    "stderr is a terminal and `output` is not `none`",
     "capture": "what [inference spans](../guide/inference.md) record of a model's inputs and "
     "outputs: prompt and completion text as GenAI messages (secrets redacted), tensor shapes; "
     "unset, `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` can turn text on",

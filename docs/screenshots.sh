@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Remakes the pictures of docs/guide/viewing.md from a real run:
+# Remakes the pictures of docs/guide/viewing.md and docs/guide/watching.md from real runs:
 #   bash docs/screenshots.sh
+# First `cirron watch` (docs/images/watch.svg): a training whose loader is slow runs in one tmux
+# pane, `cirron watch` in the other, and the watch pane, captured with its colours, is drawn as
+# SVG by rich. Then the report:
 # A small torch training (6 epochs, a watched model, a loss and a learning-rate mark a step, a
 # validation pass an epoch) runs profiled in a temporary folder; `cirron report` draws it, and
 # headless Chromium (Debian's `chromium`, which scripts/setup.sh installs) takes three
@@ -10,10 +13,68 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 python=$root/.venv/bin/python
+work=$(mktemp -d)
+trap 'tmux -S "$work/tmux" kill-server 2>/dev/null || true; rm -rf "$work"' EXIT
+
+mkdir -p "$work/watched"
+cat > "$work/watched/train.py" <<'EOF'
+"""A classifier whose loader decodes slowly (15 ms a batch): the live view says input-bound."""
+
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import cirron as ci
+
+ci.profile()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 32 * 600
+
+    def __getitem__(self, index):
+        if index % 32 == 0:
+            time.sleep(0.015)  # a slow decode, once a batch
+        x = torch.randn(20)
+        return x, int(x[:4].sum() > 0)
+
+
+model = nn.Sequential(nn.Linear(20, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+for batch, target in DataLoader(Slow(), batch_size=32):
+    optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(model(batch), target)
+    loss.backward()
+    optimizer.step()
+    ci.mark("loss", loss.item())
+    ci.mark("lr", optimizer.param_groups[0]["lr"])
+EOF
+tmux -S "$work/tmux" -f /dev/null new-session -d -x 150 -y 30 -c "$work/watched" \
+    "$root/.venv/bin/cirron watch; sleep 600"
+tmux -S "$work/tmux" split-window -d -c "$work/watched" "$python train.py"
+sleep 14  # the view has the run's first seconds, its findings and a loss curve
+tmux -S "$work/tmux" capture-pane -e -p -t 0.0 > "$work/watch.ansi"
+"$python" - "$work/watch.ansi" "$root/docs/images/watch.svg" <<'PY'
+import os
+import sys
+
+from rich.console import Console
+from rich.text import Text
+
+console = Console(record=True, width=150, file=open(os.devnull, "w"), force_terminal=True)
+console.print(Text.from_ansi(open(sys.argv[1]).read().rstrip("\n")))
+console.save_svg(sys.argv[2], title="cirron watch")
+PY
+echo "wrote docs/images/watch.svg"
+tmux -S "$work/tmux" kill-server
+
 chromium=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 [ -n "$chromium" ] || { echo "screenshots: needs chromium (apt-get install chromium)" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 cat > "$work/train.py" <<'EOF'
 """A small classifier, trained for 6 epochs with a validation pass each, profiled."""

@@ -297,3 +297,68 @@ def prefetching(loader: Any) -> Any:
         yield current
         current = upcoming
     yield current
+
+
+class Tmux:
+    """A tmux server of its own, a window ``width`` x ``height`` split into panes, each
+    running an interactive bash; what a pane shows is read as a user sees it
+    (``capture-pane``). Killed on exit with every process it runs."""
+
+    def __init__(self, cwd: Path, width: int = 200, height: int = 60) -> None:
+        import tempfile
+
+        # A socket path must be short (108 bytes): not under pytest's long tmp path.
+        self.folder = Path(tempfile.mkdtemp(prefix="cirron-tmux-"))
+        self.socket = str(self.folder / "socket")
+        self.environment = clean_environment(TERM="xterm-256color")
+        self.cwd = cwd
+        self.tmux("new-session", "-d", "-x", str(width), "-y", str(height), "-c", str(cwd),
+                  "bash --norc --noprofile")  # fmt: skip
+        self.panes = [self.tmux("display-message", "-p", "#{pane_id}").strip()]
+
+    def tmux(self, *arguments: str) -> str:
+        return subprocess.run(
+            ["tmux", "-S", self.socket, "-f", "/dev/null", *arguments],
+            env=self.environment, capture_output=True, text=True, check=True, timeout=30,
+        ).stdout  # fmt: skip
+
+    def split(self) -> str:
+        """A new pane below the last one; its id."""
+        pane = self.tmux("split-window", "-v", "-t", self.panes[-1], "-c", str(self.cwd), "-P",
+                         "-F", "#{pane_id}", "bash --norc --noprofile")  # fmt: skip
+        self.panes.append(pane.strip())
+        return self.panes[-1]
+
+    def type(self, pane: str, command: str) -> None:
+        """``command`` typed into ``pane``, then Enter."""
+        self.tmux("send-keys", "-t", pane, "-l", command)
+        self.tmux("send-keys", "-t", pane, "Enter")
+
+    def keys(self, pane: str, *keys: str) -> None:
+        self.tmux("send-keys", "-t", pane, *keys)
+
+    def screen(self, pane: str) -> str:
+        """What ``pane`` shows now (wrapped lines joined)."""
+        return self.tmux("capture-pane", "-p", "-J", "-t", pane)
+
+    def wait_for(self, pane: str, found: Any, timeout: float = 60.0) -> str:
+        """The screen of ``pane`` once ``found`` (a text, or a function of the screen) is
+        on it; fails with the screen after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen(pane)
+            if (found in screen) if isinstance(found, str) else found(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not on the pane within {timeout}s: {found!r}\n{screen}")
+            time.sleep(0.2)
+
+    def __enter__(self) -> Tmux:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True,
+                       env=self.environment, timeout=30)  # fmt: skip
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -85,6 +85,9 @@ class Settings:
     # What inference spans record of inputs and outputs (text, tensor shapes); None: not
     # resolved by ci.profile() (a recorder of plain OpenTelemetry), the environment decides.
     capture: Capture | None = None
+    # The run's summary on stderr when it ends (cirron.metrics.run_summary); None: on for a
+    # terminal when the run writes somewhere.
+    run_summary: bool | None = None
     # The whole config= dict, for the user's own feature flags (Profiler.config).
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -341,6 +344,7 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "metrics_interval": (_positive_number, env.CIRRON_METRICS_INTERVAL, float),
     "step_resources_interval": (_non_negative_number, env.CIRRON_STEP_RESOURCES_INTERVAL, float),
     "capture": (_capture, env.CIRRON_CAPTURE, _capture_text),
+    "run_summary": (_flag, env.CIRRON_RUN_SUMMARY, _flag_text),
 }
 
 

@@ -60,6 +60,7 @@ class Profiler:
         self._provider: Any = None
         self._closed = False
         self.zero_code = False  # started by opentelemetry-instrument, not by ci.profile()
+        self.started_ns = time.time_ns()
 
     @property
     def enabled(self) -> bool:
@@ -279,11 +280,25 @@ class Profiler:
         processor = self.recorder.processor
         if processor is not None:
             self._stop_exporting(processor, interrupted, exiting)
+        if self.metrics_session is not None:  # every span reached the metrics: their summary
+            call_guarded("the run's summary", self._print_summary)
         _last = self.recorder
         if self.metrics_session is not None:
             _last_metrics = (self.recorder, self.metrics_session.recorded)
         if recorder.current is self.recorder:
             recorder.replace(None)
+
+    def _print_summary(self) -> None:
+        from .metrics import run_summary
+
+        settings = self.settings
+        if self.metrics_session is None or not run_summary.wanted(
+            settings.run_summary, settings.output, sys.stderr
+        ):
+            return
+        elapsed = time.time_ns() - self.started_ns
+        path = settings.path if "spool" in settings.output else None
+        run_summary.print_summary(self.metrics_session.instruments, elapsed, path)
 
     def _stop_exporting(
         self, processor: RingBufferSpanProcessor, interrupted: bool, exiting: bool

@@ -1,7 +1,7 @@
 """A DDP run on CPU (gloo) with one rank made slow, for the straggler view. Run with torchrun.
 
-``--slow-rank R --slow-in data|forward --slow-ms M``: rank R's DataLoader sleeps M ms per
-batch, or its model's forward computes M ms longer. ``--no-profile`` runs it without cirron;
+``--slow-rank R --slow-in data|forward|optimizer --slow-ms M``: rank R's DataLoader sleeps M
+ms per batch, or its model's forward (or its optimizer step) computes M ms longer. ``--no-profile`` runs it without cirron;
 ``--dump FILE`` writes each rank's losses, final gradients and weights (as hex) to
 ``FILE.<rank>.json``, to compare runs bit for bit.
 """
@@ -24,7 +24,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("path")
 parser.add_argument("--steps", type=int, default=10)
 parser.add_argument("--slow-rank", type=int, default=-1)
-parser.add_argument("--slow-in", choices=("data", "forward"), default="data")
+parser.add_argument("--slow-in", choices=("data", "forward", "optimizer"), default="data")
 parser.add_argument("--slow-ms", type=float, default=40.0)
 parser.add_argument("--no-profile", action="store_true")
 parser.add_argument("--dump")
@@ -74,6 +74,14 @@ class Net(nn.Module):
 
 model = DistributedDataParallel(Net())
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+if slow and arguments.slow_in == "optimizer":  # inside optimizer.step, before it updates
+
+    def busy(*_arguments: object) -> None:
+        end = time.perf_counter() + arguments.slow_ms / 1000
+        while time.perf_counter() < end:
+            pass
+
+    optimizer.register_step_pre_hook(busy)
 data = Data()
 loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, shuffle=False))
 losses = []

@@ -168,7 +168,7 @@ def read_index(directory: str) -> dict[str, list[dict[str, Any]]]:
 
 def _lines(folder: str) -> Iterator[dict[str, Any]]:
     for line in json_lines(folder, ".jsonl"):
-        if _well_formed(line):
+        if well_formed(line):
             yield line
 
 
@@ -208,7 +208,8 @@ _FIELDS = {
 }
 
 
-def _well_formed(line: Any) -> bool:
+def well_formed(line: Any) -> bool:
+    """Whether ``line`` (a JSON value) is an index line of this version, every field there."""
     return (
         isinstance(line, dict)
         and line.get("v") == VERSION

@@ -95,6 +95,16 @@ class Instruments:
         self._marks: dict[str, str] = {}  # mark name -> instrument name
         self._reserved: set[str] = set()
         self._pid = os.getpid()
+        self.non_finite: dict[str, int] = {}  # mark name -> its values left out as not finite
+
+    @property
+    def marks(self) -> dict[str, str]:
+        """Each mark's name -> the instrument its values are recorded in."""
+        return dict(self._marks)
+
+    def totals(self, name: str) -> list[tuple[float | int, Mapping[str, Any]]]:
+        """The totals of summed counter ``name`` so far, one per attribute set."""
+        return [(total, attributes) for total, attributes in list(self._totals[name].values())]
 
     # -- creating -------------------------------------------------------------------------
     def histogram(
@@ -226,6 +236,8 @@ class Instruments:
             self._skip(mark, value, f"a {type(value).__name__}")
             return False
         if not math.isfinite(value) or value < 0:
+            if not math.isfinite(value):  # (the end-of-run summary says it)
+                self.non_finite[mark] = self.non_finite.get(mark, 0) + 1
             why = "negative: OpenTelemetry's histograms take values >= 0" if value < 0 else ""
             self._skip(mark, value, why or "not finite")
             return False

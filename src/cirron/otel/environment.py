@@ -54,6 +54,7 @@ CIRRON_METRICS_INTERVAL = "CIRRON_METRICS_INTERVAL"  # seconds between system sa
 # Seconds between steps that carry their CPU time and memory (0: every step).
 CIRRON_STEP_RESOURCES_INTERVAL = "CIRRON_STEP_RESOURCES_INTERVAL"
 CIRRON_CAPTURE = "CIRRON_CAPTURE"  # what inference spans record: "text,tensors,max_chars=N"
+CIRRON_RUN_SUMMARY = "CIRRON_RUN_SUMMARY"  # true / false: the run's summary on stderr at its end
 
 # Platform context, recorded as resource attributes.
 CIRRON_RUN_ID = "CIRRON_RUN_ID"
