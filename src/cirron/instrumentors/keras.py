@@ -27,6 +27,8 @@ added once). What becomes a span:
 - The model is watched for snapshots with no ``ci.watch``: one per epoch,
   at its end, each variable under its path (see
   :mod:`cirron.instrumentors.keras_snapshot`).
+- A loop of the user's own over ``train_on_batch`` / ``test_on_batch`` gets
+  its steps and evaluation passes (see :mod:`cirron.instrumentors.keras_batches`).
 
 A call that raises ends what it opened with the error recorded, and the
 error reaches the user unchanged. Every callback runs behind the core guard:
@@ -47,7 +49,7 @@ from ..recording import recorder
 from ..recording.guard import guarded
 from ..snapshots.watch import watch_for_run
 from ..training.callbacks import FrameworkRun, Switch
-from . import FrameworkInstrumentor
+from . import FrameworkInstrumentor, keras_batches
 
 _SITE = "keras hook"
 KERAS = training.owner("tensorflow")
@@ -262,10 +264,24 @@ def _layer_call(original: Any) -> Any:
     return __call__
 
 
+def _train_batch_begins(model: Any, args: Any, kwargs: Any) -> bool | None:
+    return keras_batches.train_batch_begins(KERAS) if ACTIVE else None
+
+
+def _train_batch_ends(token: Any, error: BaseException | None) -> None:
+    keras_batches.train_batch_ends(KERAS, error)
+
+
+def _test_batch_begins(model: Any, args: Any, kwargs: Any) -> None:
+    if ACTIVE:
+        keras_batches.test_batch_begins(KERAS)
+
+
 class KerasInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for Keras (see the module docstring)."""
 
     framework = "tensorflow"
+    site = _SITE
 
     def install(self, module: str) -> None:
         keras = sys.modules[module]
@@ -274,6 +290,12 @@ class KerasInstrumentor(FrameworkInstrumentor):
             # Keras 3 defines them on its backend's trainer class, a base of Model
             owner = next(klass for klass in keras.Model.__mro__ if name in klass.__dict__)
             self.patch(owner, name, _entry(flavor, name, owner.__dict__[name]))
+        for name, begin, end in (
+            ("train_on_batch", _train_batch_begins, _train_batch_ends),
+            ("test_on_batch", _test_batch_begins, None),
+        ):
+            owner = next(klass for klass in keras.Model.__mro__ if name in klass.__dict__)
+            self.wrap(owner, name, begin, end)
         backend = getattr(getattr(keras, "backend", None), "backend", None)
         if callable(backend) and backend() == "torch":
             owner = next(klass for klass in keras.Layer.__mro__ if "__call__" in klass.__dict__)
@@ -285,4 +307,5 @@ class KerasInstrumentor(FrameworkInstrumentor):
         if recorder.current is not None:
             for run in list(_fitting):
                 _train_end(run)
+            guarded(_SITE)(keras_batches.end_moments)(KERAS)
         _fitting.clear()

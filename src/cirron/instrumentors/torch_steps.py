@@ -386,6 +386,8 @@ class TorchLoop:
     def record_held(self, parent: Any) -> None:
         """The held forwards as spans under ``parent`` (None: where the program is)."""
         held, self.held = self.held, []
+        if not _state().detail:  # a step kept without its hook spans
+            return
         if parent is None:
             parent = current_span()
         for attributes, start_ns, end_ns, error in held:
