@@ -28,7 +28,10 @@ added once). What becomes a span:
   at its end, each variable under its path (see
   :mod:`cirron.instrumentors.keras_snapshot`).
 - A loop of the user's own over ``train_on_batch`` / ``test_on_batch`` gets
-  its steps and evaluation passes (see :mod:`cirron.instrumentors.keras_batches`).
+  its steps and evaluation passes (see :mod:`cirron.instrumentors.keras_batches`),
+  and a TensorFlow custom training loop (``tf.data``, ``tf.GradientTape``, the
+  optimizer's ``apply_gradients``) its epochs, steps, forwards, backwards and
+  fetches (see :mod:`cirron.instrumentors.tensorflow_loops`).
 
 A call that raises ends what it opened with the error recorded, and the
 error reaches the user unchanged. Every callback runs behind the core guard:
@@ -49,7 +52,7 @@ from ..recording import recorder
 from ..recording.guard import guarded
 from ..snapshots.watch import watch_for_run
 from ..training.callbacks import FrameworkRun, Switch
-from . import FrameworkInstrumentor, keras_batches
+from . import FrameworkInstrumentor, keras_batches, tensorflow_loops
 
 _SITE = "keras hook"
 KERAS = training.owner("tensorflow")
@@ -300,6 +303,8 @@ class KerasInstrumentor(FrameworkInstrumentor):
         if callable(backend) and backend() == "torch":
             owner = next(klass for klass in keras.Layer.__mro__ if "__call__" in klass.__dict__)
             self.patch(owner, "__call__", _layer_call(owner.__dict__["__call__"]))
+        elif callable(backend) and backend() == "tensorflow" and module == "keras":
+            tensorflow_loops.install(self, sys.modules["tensorflow"], keras)
         ACTIVE.on = True
 
     def remove(self) -> None:
@@ -308,4 +313,5 @@ class KerasInstrumentor(FrameworkInstrumentor):
             for run in list(_fitting):
                 _train_end(run)
             guarded(_SITE)(keras_batches.end_moments)(KERAS)
+            guarded(_SITE)(tensorflow_loops.end_moments)()
         _fitting.clear()
