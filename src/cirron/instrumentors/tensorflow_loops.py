@@ -315,6 +315,7 @@ def install(instrumentor: Any, tensorflow: Any, keras: Any) -> None:
     wrap(optimizer, "apply", _apply_begins, _apply_ends)
     wrap(Function, "__call__", _function_begins, _function_ends)
 
+
 def end_moments() -> None:
     """The hooks come off: what a custom loop left open ends."""
     training.record_fetches(training.take_fetches())
