@@ -199,7 +199,9 @@ def test_a_validation_loop_under_no_grad_without_model_eval_is_a_validate_pass()
         total = 0.0
         for x, y in validation:
             with torch.no_grad():
-                total += loss_fn(model(x), y).item()
+                loss = loss_fn(model(x), y).item()
+                ci.mark("val_batch_loss", loss)  # a mark under no_grad: evaluation's
+            total += loss
         ci.mark("val_loss", total / 2, kind="summary")
 
     root = finished()
@@ -210,6 +212,7 @@ def test_a_validation_loop_under_no_grad_without_model_eval_is_a_validate_pass()
         (validate,) = kids(epoch, "validate")
         assert validate["attributes"]["batches"] == 2
         assert fetches_in(validate) == 3 and child_names(validate)["forward"] == 2
+        assert [m["name"] for m in validate["marks"]] == ["val_batch_loss"] * 2
         assert epoch["attributes"]["mark.val_loss"] > 0  # after the pass: the epoch's
     assert forwards_by_parent(root) == {("train", "step"): 8, ("eval", "validate"): 4}
 

@@ -47,30 +47,41 @@ def _ours(owner: Any) -> bool:
 
 
 def train_batch_begins(owner: Any) -> bool | None:
-    """A ``train_on_batch`` begins: its step (None when it is not ours to report)."""
+    """A ``train_on_batch`` begins: its step (None when it is not ours to report). Keras's
+    work inside it holds the levels: a lower owner's hooks, or a custom loop's, add none."""
     if not _ours(owner):
         return None
     training.end_evaluation(owner)
-    return training.begin_step(owner, fallback_epoch=True) or None
+    if not training.begin_step(owner, fallback_epoch=True):
+        return None
+    training.hold(owner)
+    return True
 
 
 def train_batch_ends(owner: Any, error: BaseException | None) -> None:
     """The ``train_on_batch`` returned (its step stays open for marks) or raised."""
+    training.release(owner)
     if error is not None:
         training.end_step(owner, error)
         return
     training.complete_step(owner, _users_loop())
 
 
-def test_batch_begins(owner: Any) -> None:
+def test_batch_begins(owner: Any) -> bool | None:
     """A ``test_on_batch``: the first of a pass opens it; each counts as one of its batches."""
     if not _ours(owner):
-        return
+        return None
     evaluation = training.state().evaluation
     if evaluation is None or evaluation.owner is not owner:
         evaluation = training.begin_evaluation(owner, loop=_users_loop())
     if evaluation is not None:
         evaluation.batches += 1
+    training.hold(owner)
+    return True
+
+
+def test_batch_ends(owner: Any, error: BaseException | None) -> None:
+    training.release(owner)
 
 
 def end_moments(owner: Any) -> None:
