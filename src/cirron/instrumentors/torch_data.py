@@ -35,7 +35,8 @@ def training_now() -> bool:
 
 def _new_pass(iterator: Any, loader: Any) -> LoaderPass:
     """The pass ``iterator`` begins over ``loader`` (what all of its iterators share)."""
-    return LoaderPass(iterator, loader, training_now(), loops.driven_by_batches(iterator))
+    training = torch_module().is_grad_enabled() and (not seen_models or any_seen_model_training())
+    return LoaderPass(iterator, loader, training, loops.driven_by_batches(iterator))
 
 
 def _pass_of(iterator: Any) -> LoaderPass:

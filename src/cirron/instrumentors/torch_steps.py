@@ -233,9 +233,9 @@ class TorchLoop:
         self.dry = True
         epoch = state.epoch
         training.record_fetches(waiting, epoch.opened[0] if epoch is not None else None)
-        # The fetch hook (__next__, or a subclass's generator) is three frames out; its caller
-        # is the loop that consumed the pass.
-        loader_pass.loop = _consumer(sys._getframe(3).f_back)
+        # The loop that consumed the pass: the caller of the fetch hook (__next__, or a
+        # subclass's generator), three frames out (fetch_ends, then the hook's guard).
+        loader_pass.loop = _consumer(sys._getframe(3))
         step = state.step
         if step is not None and step.owner is TORCH and not step.complete:
             # The last batches' work may still come (a loader that fetches ahead); once the
