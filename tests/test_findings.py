@@ -158,6 +158,7 @@ def test_a_run_that_skips_a_bad_batch_and_finishes_is_not_headed_failed(tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     heading = cirron(tmp_path, "show", "--diagnose").stdout.splitlines()[0]
     assert heading.endswith("ok"), heading
+    assert cirron(tmp_path, "runs").stdout.splitlines()[1].rstrip().endswith("ok")
     severity, text = about(findings(tmp_path), "the run went on")
     assert severity == "warning" and "ValueError: a bad batch" in text
     tree = cirron(tmp_path, "show").stdout
