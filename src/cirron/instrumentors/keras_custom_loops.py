@@ -147,7 +147,10 @@ class TensorFlowLoop:
         if not _pending:
             return
         source = _pending[-1].source
-        if not isinstance(source, DatasetPass) or source.role != UNKNOWN:
+        if not isinstance(source, DatasetPass) or source.role == EVALUATION:
+            return
+        if source.role == TRAINING:  # a later batch of a training pass: its step begins here
+            self.training_work()
             return
         fetches = training.fed(training.take_fetches())
         loop = loop_frames.position(frame, _NOT_THE_USERS)
