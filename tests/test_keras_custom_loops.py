@@ -85,6 +85,35 @@ def test_the_guides_eager_loop_has_an_epoch_per_pass_and_a_step_per_update():
     assert named(root, "train") == []
 
 
+def test_a_teachers_call_before_the_tape_is_inside_the_students_step():
+    """Distillation in a custom loop: the teacher's predictions (``training=False``, outside
+    the tape), then the student's update on the same batch."""
+    teacher, _, _ = setup()
+    student, optimizer, loss_fn = setup()
+    distill = keras.losses.KLDivergence()
+    train, validation = datasets()
+    for _epoch in range(2):
+        for x, y in train:
+            soft = tf.nn.softmax(teacher(x, training=False))
+            with tf.GradientTape() as tape:
+                logits = student(x, training=True)
+                loss = loss_fn(y, logits) + distill(soft, tf.nn.softmax(logits))
+            gradients = tape.gradient(loss, student.trainable_weights)
+            optimizer.apply_gradients(zip(gradients, student.trainable_weights, strict=True))
+        for x, _y in validation:
+            student(x, training=False)
+
+    root = finished()
+    check(root)
+    epochs = named(root, "epoch")
+    assert [len(kids(e, "step")) for e in epochs] == [4, 4]
+    for step in steps_of(root):
+        assert fetches_in(step) == 1
+        modes = sorted(f["attributes"]["mode"] for f in kids(step, "forward"))
+        assert modes == ["eval", "train"]
+    assert [[v["attributes"]["batches"] for v in kids(e, "validate")] for e in epochs] == [[2], [2]]
+
+
 def test_a_compiled_train_step_is_a_step_per_call_with_its_fetch():
     model, optimizer, loss_fn = setup()
     train, validation = datasets()

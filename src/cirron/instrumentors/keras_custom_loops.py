@@ -43,6 +43,7 @@ from .. import training
 from ..otel import semconv
 from ..recording import hook_spans, recorder, training_state
 from ..recording.guard import guarded
+from ..recording.scopes import current_span
 from ..recording.training_state import Fetch
 from ..training import loop_frames
 from . import around
@@ -84,9 +85,14 @@ class TensorFlowLoop:
         self.inside_call = False  # an outermost layer call runs
         self.inside_apply = False  # an optimizer's apply runs (apply_gradients calls apply)
         self.tracing: list[set[str]] = []  # what each tf.function being traced saw
+        # Eval forwards on the first batch of a pass, held until the batch's work says what
+        # they were: (attributes, start, end, what they raised).
+        self.held: list[tuple[dict[str, Any], int, int, BaseException | None]] = []
 
     # -- fetches -------------------------------------------------------------------------------
     def fetch_begins(self, source: DatasetPass, now: int) -> None:
+        if self.held:  # the batch before fed no training work: an evaluation batch
+            self._judged_evaluation(sys._getframe(1))
         step = training.step_of(OWNER)
         if step is not None and step.complete:
             training.end_step(OWNER, end_ns=now)
@@ -95,6 +101,8 @@ class TensorFlowLoop:
             training.end_evaluation(OWNER, end_ns=now)
 
     def fetch_ends(self, source: DatasetPass, fetch: Fetch, dry: bool) -> None:
+        if dry and self.held:
+            self._judged_evaluation(sys._getframe(1))
         evaluation = training.state().evaluation
         if source is self.evaluation_pass and evaluation is not None:
             training.record_fetches([fetch], evaluation.opened[0])
@@ -137,21 +145,47 @@ class TensorFlowLoop:
                 training.record_fetches(fetches, step.opened[0])
             else:
                 training.begin_step(OWNER, fetches=fetches)
+            if self.held:  # the eval forwards before this work: the step's
+                step = training.step_of(OWNER)
+                self.record_held(step.opened[0] if step is not None else None)
         elif step is None or step.complete:  # no dataset: a step at the first work after one
             training.begin_step(OWNER, fallback_epoch=training.epoch_of(OWNER) is None)
 
-    def evaluation_work(self, frame: Any) -> None:
-        """A model called outside a tape (or a compiled evaluation step)."""
+    def evaluation_work(self, frame: Any, may_hold: bool) -> bool:
+        """A model called outside a tape (``may_hold``), or a compiled evaluation step; True
+        when the forward's span is to be held until its batch is judged."""
         for seen in self.tracing:
             seen.add(EVALUATION_STEP)
         if not _pending:
-            return
+            return False
         source = _pending[-1].source
         if not isinstance(source, DatasetPass) or source.role == EVALUATION:
-            return
+            return False
         if source.role == TRAINING:  # a later batch of a training pass: its step begins here
             self.training_work()
-            return
+            return False
+        if may_hold and not self.tracing:  # a teacher's call before the update, say
+            return True
+        self._begin_evaluation(source, frame)
+        return False
+
+    def _judged_evaluation(self, frame: Any) -> None:
+        """The batch with held forwards fed no training work: its pass is an evaluation."""
+        source = _pending[-1].source if _pending else None
+        if isinstance(source, DatasetPass) and source.role == UNKNOWN:
+            self._begin_evaluation(source, frame)
+        evaluation = training.state().evaluation
+        mine = evaluation is not None and evaluation.owner is OWNER
+        self.record_held(evaluation.opened[0] if mine else None)  # type: ignore[union-attr]
+
+    def record_held(self, parent: Any) -> None:
+        """The held forwards as spans under ``parent`` (None: where the program is)."""
+        held, self.held = self.held, []
+        parent = parent if parent is not None else current_span()
+        for attributes, start_ns, end_ns, error in held:
+            hook_spans.record_on(parent, semconv.FORWARD, attributes, start_ns, end_ns, error)
+
+    def _begin_evaluation(self, source: DatasetPass, frame: Any) -> None:
         fetches = training.fed(training.take_fetches())
         loop = loop_frames.position(frame, _NOT_THE_USERS)
         if training.begin_evaluation(OWNER, fetches=fetches, loop=loop) is not None:
@@ -211,18 +245,20 @@ def _forward_begins(layer: Any, args: Any, kwargs: Any) -> Any:
     LOOP.inside_call = True
     training_call = kwargs.get("training")
     train = bool(training_call) if training_call is not None else LOOP.tapes > 0
-    if train:
-        LOOP.training_work()
-    else:
-        LOOP.evaluation_work(sys._getframe(1))
     mode = semconv.MODE_TRAIN if train else semconv.MODE_EVAL
     attributes = {semconv.MODE: mode, semconv.MODULE: type(layer).__name__}
+    if train:
+        LOOP.training_work()
+    elif LOOP.evaluation_work(sys._getframe(1), may_hold=True):
+        return (attributes, time.time_ns())  # held: recorded once its batch is judged
     return hook_spans.begin(semconv.FORWARD, attributes) or True
 
 
 def _forward_ends(token: Any, error: BaseException | None) -> None:
     LOOP.inside_call = False
-    if token is not True:
+    if type(token) is tuple:
+        LOOP.held.append((token[0], token[1], time.time_ns(), error))
+    elif token is not True:
         hook_spans.end(token, error)
 
 
@@ -271,7 +307,7 @@ def _function_begins(function: Any, args: Any, kwargs: Any) -> Any:
         LOOP.training_work()
         return TRAIN_STEP
     if kind == EVALUATION_STEP:
-        LOOP.evaluation_work(sys._getframe(1))
+        LOOP.evaluation_work(sys._getframe(1), may_hold=False)
         return None
     if kind is None:
         seen: set[str] = set()
@@ -321,6 +357,7 @@ def install(instrumentor: Any, tensorflow: Any, keras: Any) -> None:
 
 def end_moments() -> None:
     """The hooks come off: what a custom loop left open ends."""
+    LOOP.record_held(None)
     training.record_fetches(training.take_fetches())
     training.end_evaluation(OWNER)
     training.end_step(OWNER)
