@@ -5,6 +5,7 @@ are the ones the loop's code implies, and ``timeline.check`` holds."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -158,3 +159,25 @@ def test_fit_inside_a_custom_loop_script_is_still_kerass_alone():
     epochs = named(root, "epoch")
     assert [len(kids(e, "batch")) for e in epochs] == [4, 4]
     assert named(root, "step") == [] and named(root, "data_load") == []
+
+
+def test_a_hook_that_raises_leaves_the_loop_and_its_results_alone(monkeypatch, caplog):
+    from cirron.instrumentors import keras_custom_loops
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("deliberately broken hook")
+
+    monkeypatch.setattr(keras_custom_loops.LOOP, "training_work", broken)
+    model, optimizer, loss_fn = setup()
+    train, _ = datasets()
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        for x, y in train:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            gradients = tape.gradient(loss, model.trainable_weights)
+            optimizer.apply_gradients(zip(gradients, model.trainable_weights, strict=True))
+    assert int(optimizer.iterations) == 4  # every update made
+    assert ci.health()["hook_errors"] >= 4
+    warnings = [r.getMessage() for r in caplog.records if r.name == "cirron"]
+    assert len(warnings) == 1 and "deliberately broken hook" in warnings[0]
+    finished()  # and the run shuts down cleanly

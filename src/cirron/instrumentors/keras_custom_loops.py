@@ -242,16 +242,19 @@ def _fetched(source: DatasetPass, started: int, error: BaseException | None, dry
 def _forward_begins(layer: Any, args: Any, kwargs: Any) -> Any:
     if LOOP.inside_call or not ours():
         return None
-    LOOP.inside_call = True
     training_call = kwargs.get("training")
     train = bool(training_call) if training_call is not None else LOOP.tapes > 0
     mode = semconv.MODE_TRAIN if train else semconv.MODE_EVAL
     attributes = {semconv.MODE: mode, semconv.MODULE: type(layer).__name__}
+    token: Any = None
     if train:
         LOOP.training_work()
     elif LOOP.evaluation_work(sys._getframe(1), may_hold=True):
-        return (attributes, time.time_ns())  # held: recorded once its batch is judged
-    return hook_spans.begin(semconv.FORWARD, attributes) or True
+        token = (attributes, time.time_ns())  # held: recorded once its batch is judged
+    if token is None:
+        token = hook_spans.begin(semconv.FORWARD, attributes) or True
+    LOOP.inside_call = True  # (set last: a failure above leaves no flag set for good)
+    return token
 
 
 def _forward_ends(token: Any, error: BaseException | None) -> None:
@@ -272,9 +275,10 @@ def _gradient_begins(tape: Any, args: Any, kwargs: Any) -> Any:
 def _apply_begins(optimizer: Any, args: Any, kwargs: Any) -> Any:
     if LOOP.inside_apply or not ours():
         return None
-    LOOP.inside_apply = True
     LOOP.training_work()
-    return hook_spans.begin(semconv.OPTIMIZER_STEP, {}) or True
+    token = hook_spans.begin(semconv.OPTIMIZER_STEP, {}) or True
+    LOOP.inside_apply = True  # (set last: a failure above leaves no flag set for good)
+    return token
 
 
 def _apply_ends(token: Any, error: BaseException | None) -> None:
