@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,62 @@ def test_an_exception_at_step_4_is_the_first_thing_said(tmp_path):
     assert heading.endswith("failed") and "5 steps" in heading
     listing = cirron(tmp_path, "runs").stdout
     assert listing.splitlines()[1].rstrip().endswith("failed")
+
+
+def test_the_tree_shows_the_error_on_the_lines_of_the_spans_that_failed(tmp_path):
+    known_run(tmp_path, "--raise-at", "4")
+    tree = cirron(tmp_path, "show").stdout.splitlines()
+    failed = [line.strip() for line in tree if "ERROR" in line]
+    assert failed, tree
+    assert all(line.endswith("ERROR RuntimeError: boom at step 4") for line in failed)
+    named = {line.split(" - ")[0].split("[")[0] for line in failed}
+    assert {"cirron.session", "epoch", "step", "forward"} <= named
+    assert sum("ERROR" in line for line in tree if line.strip().startswith("step")) == 1
+
+
+SKIPS_A_BAD_BATCH = """
+    import torch
+    import cirron as ci
+    ci.profile()
+    torch.manual_seed(0)
+
+    class Checked(torch.nn.Linear):
+        def forward(self, x):
+            if torch.isnan(x).any():
+                raise ValueError("a bad batch")
+            return super().forward(x)
+
+    model = Checked(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(32, 4)
+    x[12] = float("nan")  # in the fourth batch
+    data = torch.utils.data.TensorDataset(x, torch.randn(32, 1))
+    for x, y in torch.utils.data.DataLoader(data, batch_size=4):
+        try:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        except ValueError:
+            continue  # skip the bad batch
+"""
+
+
+def test_a_run_that_skips_a_bad_batch_and_finishes_is_not_headed_failed(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SKIPS_A_BAD_BATCH))
+    result = subprocess.run(
+        [str(BIN / "python"), str(script)], cwd=tmp_path, env=clean_environment(),
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    heading = cirron(tmp_path, "show", "--diagnose").stdout.splitlines()[0]
+    assert heading.endswith("ok"), heading
+    assert cirron(tmp_path, "runs").stdout.splitlines()[1].rstrip().endswith("ok")
+    severity, text = about(findings(tmp_path), "the run went on")
+    assert severity == "warning" and "ValueError: a bad batch" in text
+    tree = cirron(tmp_path, "show").stdout
+    assert "ERROR ValueError: a bad batch" in tree
+    assert "cirron.session" in tree and "ERROR" not in tree.splitlines()[0]
 
 
 def test_a_loss_that_turns_nan_at_step_6_is_found_from_step_6(tmp_path):

@@ -369,6 +369,49 @@ def test_frameworks_torch_only_leaves_keras_alone():
     assert named(root(), "train") == named(root(), "epoch") == []
 
 
+def batch_loop(model: keras.Model, epochs) -> None:
+    """A user's loop: 4 ``train_on_batch`` per epoch, a mark of each loss, then 2
+    ``test_on_batch`` on held-out data."""
+    x, y = data(64)
+    x_val, y_val = data(32, seed=1)
+    for _epoch in epochs:
+        for start in range(0, 64, 16):
+            logs = model.train_on_batch(
+                x[start : start + 16], y[start : start + 16], return_dict=True
+            )
+            ci.mark("loss", logs["loss"])
+        for start in range(0, 32, 16):
+            model.test_on_batch(x_val[start : start + 16], y_val[start : start + 16])
+
+
+def test_a_loop_over_train_on_batch_gives_a_step_each_and_test_on_batch_a_pass():
+    ci.profile(output="none")
+    model = mlp()
+    batch_loop(model, range(2))
+    ci.shutdown()
+    tree = root()
+    (epoch,) = named(tree, "epoch")  # Keras cannot see the user's epochs: a fallback one
+    steps = kids(epoch, "step")
+    assert len(steps) == 8 and len(named(tree, "step")) == 8
+    assert all([m["name"] for m in step["marks"]] == ["loss"] for step in steps)
+    passes = kids(epoch, "validate")
+    assert [p["attributes"]["batches"] for p in passes] == [2, 2]
+    assert [c["name"] for c in epoch["children"] if c["name"] in ("step", "validate")] == (
+        ["step"] * 4 + ["validate"] + ["step"] * 4 + ["validate"]
+    )
+    assert named(tree, "train") == [] and named(tree, "evaluate") == []
+
+
+def test_a_train_on_batch_loop_inside_ci_epochs_has_its_steps_in_the_users_epochs():
+    ci.profile(output="none")
+    model = mlp()
+    batch_loop(model, ci.epochs(range(2)))
+    ci.shutdown()
+    epochs = named(root(), "epoch")
+    assert [len(kids(e, "step")) for e in epochs] == [4, 4]
+    assert [kids(e, "validate")[0]["attributes"]["batches"] for e in epochs] == [2, 2]
+
+
 def test_shutdown_restores_keras_exactly():
     owners = {
         name: next(k for k in keras.Model.__mro__ if name in k.__dict__)

@@ -123,3 +123,7 @@ def test_a_subclassed_keras_model_on_the_torch_backend(tmp_path):
     assert named(root, "step") == []  # Keras owns the batches
     assert forwards(root)[("train", "batch")] == 16
     assert forwards(root)[("train", "train")] == 0  # building the model is no training
+    # Its only evaluation: the validate passes' batches. Keras builds the model by calling it
+    # on the meta device (shape inference, under no_grad): no forward at all.
+    evaluation = {parent: n for (mode, parent), n in forwards(root).items() if mode == "eval"}
+    assert evaluation == {"validate": 4}

@@ -2,7 +2,8 @@
 
 ``epoch[0] - 142us {epoch_loss=0.5234, lr=0.001}``: the name, ``[index]`` when
 the span has one, the duration with a unit (or ``open``), then in braces the
-summary marks and the last value of each point mark.
+summary marks and the last value of each point mark; a span that ended in an
+error says so last: ``epoch[1] - 2.1s ERROR ValueError: a bad batch``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..otel import semconv
 from ..otel.health import printable
 
 MARK_PREFIX = semconv.MARK_PREFIX
+ERROR_WIDTH = 80  # characters of an error's type and message on a span's line, at most
 
 
 def format_duration(nanoseconds: int | None) -> str:
@@ -94,4 +96,25 @@ def span_line(span: Any, open_as: str = OPEN_RUNNING) -> str:
         text += (
             " {" + ", ".join(f"{printable(k)}={format_value(v)}" for k, v in marks.items()) + "}"
         )
+    failure = error_of(span)
+    if failure is not None:
+        text += " ERROR" + (f" {failure}" if failure else "")
     return text
+
+
+def error_of(span: Any) -> str | None:
+    """What a span that ended in an error (status ERROR) raised, one line, shortened:
+    ``ValueError: a bad batch`` ("" when it says nothing); None for any other span."""
+    status = getattr(span, "status", None)
+    if status is None or status.status_code.name != "ERROR":
+        return None
+    what = status.description or ""
+    for event in span.events:
+        if event.name == semconv.EXCEPTION:
+            attributes = event.attributes or {}
+            kind = str(attributes.get(semconv.EXCEPTION_TYPE, ""))
+            message = str(attributes.get(semconv.EXCEPTION_MESSAGE, ""))
+            what = f"{kind}: {message}" if kind and message else kind or message or what
+            break
+    what = printable(" ".join(what.split()))  # one line
+    return what if len(what) <= ERROR_WIDTH else what[: ERROR_WIDTH - 3] + "..."

@@ -14,11 +14,13 @@ A line (JSON, keys in this order)::
     {"v": 1, "file": "123-000004.json.gz", "spans": 5003, "steps": 1000, "batches": 0,
      "errors": 0, "start": 1795..., "end": 1795..., "first": [1795..., "<trace id>"],
      "sessions": [{"start": 1795..., "id": "<span id>", "trace": "<trace id>",
-                   "frameworks": ["torch"]}],
+                   "frameworks": ["torch"], "failed": false}],
      "names": {"step": 1000, "forward": 1000, ...},
      "resource": {"service.name": "train", "process.pid": 123, ...}}
 
-``first`` is the earliest span's start and trace id (a run with no run id is named by its
+A session ``failed`` when it ended in an error (the process ended with it); a line
+written before that key existed has none, and its run is read as failed when any of its
+spans was. ``first`` is the earliest span's start and trace id (a run with no run id is named by its
 session's trace, else that one's). A batch of spans of several resources has a line for each.
 """
 
@@ -85,6 +87,7 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
                     "frameworks": [
                         str(f) for f in (span.attributes or {}).get(semconv.FRAMEWORK) or ()
                     ],
+                    "failed": span._status.status_code is StatusCode.ERROR,
                 }
             )
     return {

@@ -27,6 +27,11 @@ added once). What becomes a span:
 - The model is watched for snapshots with no ``ci.watch``: one per epoch,
   at its end, each variable under its path (see
   :mod:`cirron.instrumentors.keras_snapshot`).
+- A loop of the user's own over ``train_on_batch`` / ``test_on_batch`` gets
+  its steps and evaluation passes (see :mod:`cirron.instrumentors.keras_batches`),
+  and a TensorFlow custom training loop (``tf.data``, ``tf.GradientTape``, the
+  optimizer's ``apply_gradients``) its epochs, steps, forwards, backwards and
+  fetches (see :mod:`cirron.instrumentors.keras_custom_loops`).
 
 A call that raises ends what it opened with the error recorded, and the
 error reaches the user unchanged. Every callback runs behind the core guard:
@@ -47,7 +52,7 @@ from ..recording import recorder
 from ..recording.guard import guarded
 from ..snapshots.watch import watch_for_run
 from ..training.callbacks import FrameworkRun, Switch
-from . import FrameworkInstrumentor
+from . import FrameworkInstrumentor, keras_batches, keras_custom_loops
 
 _SITE = "keras hook"
 KERAS = training.owner("tensorflow")
@@ -262,10 +267,27 @@ def _layer_call(original: Any) -> Any:
     return __call__
 
 
+def _train_batch_begins(model: Any, args: Any, kwargs: Any) -> bool | None:
+    return keras_batches.train_batch_begins(KERAS) if ACTIVE else None
+
+
+def _train_batch_ends(token: Any, error: BaseException | None) -> None:
+    keras_batches.train_batch_ends(KERAS, error)
+
+
+def _test_batch_begins(model: Any, args: Any, kwargs: Any) -> bool | None:
+    return keras_batches.test_batch_begins(KERAS) if ACTIVE else None
+
+
+def _test_batch_ends(token: Any, error: BaseException | None) -> None:
+    keras_batches.test_batch_ends(KERAS, error)
+
+
 class KerasInstrumentor(FrameworkInstrumentor):
     """OpenTelemetry instrumentor for Keras (see the module docstring)."""
 
     framework = "tensorflow"
+    site = _SITE
 
     def install(self, module: str) -> None:
         keras = sys.modules[module]
@@ -274,10 +296,18 @@ class KerasInstrumentor(FrameworkInstrumentor):
             # Keras 3 defines them on its backend's trainer class, a base of Model
             owner = next(klass for klass in keras.Model.__mro__ if name in klass.__dict__)
             self.patch(owner, name, _entry(flavor, name, owner.__dict__[name]))
+        for name, begin, end in (
+            ("train_on_batch", _train_batch_begins, _train_batch_ends),
+            ("test_on_batch", _test_batch_begins, _test_batch_ends),
+        ):
+            owner = next(klass for klass in keras.Model.__mro__ if name in klass.__dict__)
+            self.wrap(owner, name, begin, end)
         backend = getattr(getattr(keras, "backend", None), "backend", None)
         if callable(backend) and backend() == "torch":
             owner = next(klass for klass in keras.Layer.__mro__ if "__call__" in klass.__dict__)
             self.patch(owner, "__call__", _layer_call(owner.__dict__["__call__"]))
+        elif callable(backend) and backend() == "tensorflow" and module == "keras":
+            keras_custom_loops.install(self, sys.modules["tensorflow"], keras)
         ACTIVE.on = True
 
     def remove(self) -> None:
@@ -285,4 +315,6 @@ class KerasInstrumentor(FrameworkInstrumentor):
         if recorder.current is not None:
             for run in list(_fitting):
                 _train_end(run)
+            guarded(_SITE)(keras_batches.end_moments)(KERAS)
+            guarded(_SITE)(keras_custom_loops.end_moments)()
         _fitting.clear()

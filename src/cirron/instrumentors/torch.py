@@ -72,6 +72,7 @@ _settle = guarded(SITE)(lambda: LOOP.settle())
 
 @guarded(SITE)
 def _end_torch_moments() -> None:
+    LOOP.record_held(None)  # forwards of a batch never judged: where the program is
     training.end_evaluation(TORCH)
     training.end_step(TORCH)
     training.end_epoch(TORCH)
@@ -99,6 +100,7 @@ class TorchInstrumentor(FrameworkInstrumentor):
         self.patch(module_class, "__call__", torch_modules.make_module_call(call))
         self.patch(module_class, "train", torch_modules.make_train(train))
         self.patch(torch.autograd, "backward", torch_modules.make_backward(torch.autograd.backward))
+        self.patch(torch.autograd, "grad", torch_modules.make_grad(torch.autograd.grad))
         self.patch(
             _BaseDataLoaderIter, "__next__", torch_data.make_next(_BaseDataLoaderIter.__next__)
         )
@@ -118,6 +120,8 @@ class TorchInstrumentor(FrameworkInstrumentor):
         torch_memory.RAW_STATS[0] = getattr(torch._C, "_cuda_memoryStats", None)
         resources.add_device_probe(torch_memory.cuda_peaks, torch_memory.cuda_reset)
         torch_modules.grad_enabled[0] = torch.is_grad_enabled
+        torch_modules.parameter_class[0] = torch.nn.Parameter
+        LOOP.training_now = torch_data.training_now  # type: ignore[method-assign]
         training_state.hooks.settle_fetches = _settle
         values.device_reader[0] = torch_spans.device_value
 

@@ -28,12 +28,15 @@ _outer_fetch = [0]
 _subclass_iterators: dict[type, Any] = {}
 
 
+def training_now() -> bool:
+    """Gradients are on and a model seen so far trains (or none was seen yet)."""
+    return bool(torch_module().is_grad_enabled()) and (not seen_models or any_seen_model_training())
+
+
 def _new_pass(iterator: Any, loader: Any) -> LoaderPass:
     """The pass ``iterator`` begins over ``loader`` (what all of its iterators share)."""
-    training_now = torch_module().is_grad_enabled() and (
-        not seen_models or any_seen_model_training()
-    )
-    return LoaderPass(iterator, loader, training_now, loops.driven_by_batches(iterator))
+    training = torch_module().is_grad_enabled() and (not seen_models or any_seen_model_training())
+    return LoaderPass(iterator, loader, training, loops.driven_by_batches(iterator))
 
 
 def _pass_of(iterator: Any) -> LoaderPass:

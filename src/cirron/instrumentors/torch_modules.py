@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -30,6 +31,10 @@ backward_running: list[Any] = [0, None]
 # an int up.
 seen_models: dict[int, tuple[weakref.ref[Any], str, str | None]] = {}
 grad_enabled: list[Any] = [None]  # torch.is_grad_enabled once attached
+parameter_class: list[Any] = [None]  # torch.nn.Parameter once attached
+# The attributes of the forward about to run whose span waits for its batch to be judged
+# (:meth:`.torch_steps.TorchLoop.hold`); None for any other.
+_held: list[dict[str, Any] | None] = [None]
 _thread_id = threading.get_ident
 
 
@@ -83,9 +88,17 @@ def any_seen_model_training() -> bool:
     return any(model.training for model in models if model is not None)
 
 
-def _open_forward(module: Any) -> HookSpan | None:
+def _on_meta_device(args: Any, kwargs: Any) -> bool:
+    """A call on tensors of the ``meta`` device: shape inference (Keras on the torch backend
+    builds a model so), not work on data."""
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    return getattr(first, "is_meta", False) is True
+
+
+def _open_forward(module: Any, args: Any, kwargs: Any) -> HookSpan | None:
     """The ``forward`` span of an outermost call, after telling the loop what work it is
-    (behind the core guard, inline in :func:`_outermost_call`)."""
+    (behind the core guard, inline in :func:`_outermost_call`); None for no span, with the
+    attributes in :data:`_held` for a span held until its batch is judged."""
     entry = seen_models.get(id(module)) or _remember(module)
     attributes: dict[str, Any] = {semconv.MODE: semconv.MODE_TRAIN, semconv.MODULE: entry[1]}
     if entry[2] is not None:
@@ -98,9 +111,25 @@ def _open_forward(module: Any) -> HookSpan | None:
     if module.training and grad_enabled[0]():
         LOOP.training_work()
     else:
+        if _on_meta_device(args, kwargs):
+            return None  # building the model: no forward
         attributes[semconv.MODE] = semconv.MODE_EVAL
-        LOOP.evaluation_work(sys._getframe(1))
+        if LOOP.evaluation_work(sys._getframe(1)):
+            _held[0] = attributes
+            return None
     return open_hook(semconv.FORWARD, attributes)
+
+
+def _held_call(original: Any, self: Any, args: Any, kwargs: Any, attributes: dict) -> Any:
+    """A forward whose span waits for its batch to be judged (the loop places it)."""
+    start = time.time_ns()
+    try:
+        result = original(self, *args, **kwargs)
+    except BaseException as error:
+        call_guarded(SITE, LOOP.hold, attributes, start, error)
+        raise
+    call_guarded(SITE, LOOP.hold, attributes, start, None)
+    return result
 
 
 def _control_flow(error: BaseException) -> bool:
@@ -118,11 +147,15 @@ def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
         if isinstance(self, _loss_class[0]):
             return original(self, *args, **kwargs)
         try:  # the core guard, inline (as for each guarded call below): once a forward
-            entered = _open_forward(self)
+            entered = _open_forward(self, args, kwargs)
         except Exception as failure:  # noqa: BLE001
             report(SITE, failure)
             entered = None
         if entered is None:
+            held = _held[0]
+            if held is not None:
+                _held[0] = None
+                return _held_call(original, self, args, kwargs, held)
             return original(self, *args, **kwargs)
         try:
             result = original(self, *args, **kwargs)
@@ -242,8 +275,48 @@ def make_backward(original: Any) -> Any:
     return backward
 
 
+def _updates_parameters(inputs: Any) -> bool:
+    """Gradients with respect to parameters: the backward of a training step (an attack's
+    gradient with respect to its input, or a gradient penalty's, is not)."""
+    parameter = parameter_class[0]
+    if isinstance(inputs, parameter):
+        return True
+    return isinstance(inputs, list | tuple) and any(isinstance(x, parameter) for x in inputs)
+
+
+def make_grad(original: Any) -> Any:
+    """Our ``torch.autograd.grad``: with respect to parameters, it is the step's backward
+    (updates made by hand, without ``backward()`` or an optimizer)."""
+    close_backward = guarded(SITE)(_close_backward)
+    updates_parameters = guarded(SITE)(_updates_parameters)
+    open_backward = guarded(SITE)(_open_backward)
+
+    def grad(outputs: Any, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if inputs is None or not updates_parameters(inputs):
+            if inputs is None:
+                return original(outputs, *args, **kwargs)
+            return original(outputs, inputs, *args, **kwargs)
+        entered = open_backward()
+        running = backward_running
+        running[0] += 1
+        running[1] = _thread_id()
+        try:
+            result = original(outputs, inputs, *args, **kwargs)
+        except BaseException as error:
+            running[0] -= 1
+            close_backward(entered, error)
+            raise
+        running[0] -= 1
+        close_backward(entered)
+        return result
+
+    grad.__wrapped__ = original  # type: ignore[attr-defined]
+    grad.__name__ = "grad"
+    return grad
+
+
 def forget() -> None:
     """The hooks come off: nothing of the models seen is kept."""
     seen_models.clear()
     backward_running[0], backward_running[1] = 0, None
-    grad_enabled[0] = None
+    grad_enabled[0] = parameter_class[0] = _held[0] = None

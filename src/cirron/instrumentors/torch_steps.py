@@ -38,18 +38,41 @@ evaluation never opens an epoch or a step.
   outside one) is a loader pass whose batches go to forwards in eval mode or
   without gradients; it ends when its loader runs dry, when another loader
   is fetched from, or when training work resumes.
+
+**A batch is judged by all of its work.** A forward in eval mode or without
+gradients on the first batch of a pass does not decide the pass alone: a
+teacher's, a frozen backbone's or an attack's forward comes before the
+training work on the same batch, and an evaluator may call ``model.eval()``
+after its batch was fetched. Its span is held (:attr:`TorchLoop.held`) until
+the batch is judged: training work on it opens its step (and epoch) at the
+fetch and puts the held forwards inside; the next fetch, the loader running
+dry, or a mark made without gradients or with no model training makes it an
+evaluation pass's first batch. Later batches of a pass judged training open
+their step at their first forward, whatever its mode. An evaluation forward
+on a loader that trained in no epoch so far, once training has begun (a
+validation loader in eval mode), still begins its pass at once.
+
+**Loaders in one outer iteration.** A new pass over a loader the epoch has
+not used, once the epoch's passes ran dry, joins the epoch when another loop
+of the program consumes it (two models trained in turn, each on its own
+loader); the loop that consumed the epoch's first pass, run again (with a
+loader built anew for each epoch, say), begins the next epoch.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from .. import training
-from ..recording import recorder, training_state
+from ..otel import semconv
+from ..recording import hook_spans, recorder, training_state
+from ..recording.scopes import current_span
 from ..recording.training_state import Fetch, TrainingState
 from ..training import loop_frames
 
@@ -62,6 +85,7 @@ _CONSUMING_LOOP = (*_NOT_THE_USERS, loop_frames.GENERATORS)
 _pending = training_state.pending_fetches  # mutated in place, never rebound
 _thread_id = threading.get_ident
 _time_ns = time.time_ns
+_CO_GENERATOR = inspect.CO_GENERATOR
 
 # What a loader pass turned out to feed.
 UNKNOWN, TRAINING, EVALUATION, DRIVEN = range(4)
@@ -72,7 +96,7 @@ MAX_WAITING = 64  # fetches that wait for work at most; older ones are recorded 
 class LoaderPass:
     """One pass of one DataLoader iterator: what its batches have fed so far."""
 
-    __slots__ = ("iterator", "loader", "role", "batches", "prior_training")
+    __slots__ = ("iterator", "loader", "role", "batches", "prior_training", "loop", "joins")
 
     def __init__(self, iterator: Any, loader: Any, prior_training: bool, driven: bool) -> None:
         self.iterator = weakref.ref(iterator)  # dead once the program dropped it (a peek)
@@ -82,6 +106,8 @@ class LoaderPass:
         # Gradients were on and a model in train mode when it began: how to read a scope or
         # mark made between a fetch and the first work on the batch.
         self.prior_training = prior_training
+        self.loop: tuple[Any, int] | None = None  # the `for` that consumed it, once it ran dry
+        self.joins = False  # a new loader's pass that joins the open epoch (another loop)
 
     @property
     def abandoned(self) -> bool:
@@ -89,12 +115,29 @@ class LoaderPass:
         return self.iterator() is None
 
 
+def _consumer(frame: Any) -> tuple[Any, int] | None:
+    """The ``for`` statement that fetches (its code and instruction), from ``frame`` out:
+    past cirron's frames and the generators that wrap a loader (a prefetcher)."""
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("cirron"):
+        frame = frame.f_back
+    while frame is not None and frame.f_code.co_flags & _CO_GENERATOR:
+        frame = frame.f_back
+    return (frame.f_code, frame.f_lasti) if frame is not None else None
+
+
 def _state() -> Any:
     return (recorder.current or recorder.active()).training
 
 
+# A forward held until its batch is judged: (attributes, start, end, what it raised).
+HeldForward = tuple[dict[str, Any], int, int, BaseException | None]
+
+
 class TorchLoop:
     """What the hooks have seen of the loop so far (forgotten when the hooks attach)."""
+
+    # Gradients on and a model seen training, now (set by the hooks when they attach).
+    training_now: Callable[[], bool] = staticmethod(lambda: True)
 
     def __init__(self) -> None:
         self.reset()
@@ -107,12 +150,15 @@ class TorchLoop:
         self.dry = False  # one of them ran dry: the epoch's last work may still come
         self.evaluation_pass: LoaderPass | None = None  # the pass of the open evaluation
         self.training_thread: int | None = None  # the thread of the last training work
+        self.held: list[HeldForward] = []  # eval forwards on a batch not judged yet
 
     # -- fetches -------------------------------------------------------------------------------
     def fetch_begins(self, loader_pass: LoaderPass, now: int) -> None:
         """A fetch from ``loader_pass`` begins at ``now``: the step before it is over."""
         if loader_pass.role == DRIVEN:
             return
+        if self.held:  # the batch before fed no training work: an evaluation batch
+            self._judged_evaluation(sys._getframe(1))
         step = (recorder.current or recorder.active()).training.step  # no call: every batch
         if step is not None and step.owner is TORCH and step.complete:
             training.end_step(TORCH, end_ns=now)
@@ -120,8 +166,15 @@ class TorchLoop:
             self.evaluation_pass = None
             training.end_evaluation(TORCH, end_ns=now)
         if loader_pass.batches == 0 and self.epoch_passes and loader_pass.role == UNKNOWN:
-            if self.dry or any(p.loader is loader_pass.loader for p in self.epoch_passes):
+            if any(p.loader is loader_pass.loader for p in self.epoch_passes):
                 training.epoch_boundary(TORCH)  # a new pass: the model is final for the epoch
+            elif self.dry:
+                loop = _consumer(sys._getframe(1))
+                loader_pass.joins = loop is not None and all(
+                    p.loop is not None and p.loop != loop for p in self.epoch_passes
+                )
+                if not loader_pass.joins:  # the same loop again: a new epoch
+                    training.epoch_boundary(TORCH)
 
     def fetch_ends(self, loader_pass: LoaderPass, started: int, outcome: Any) -> None:
         """The fetch that began at ``started`` returned a batch (``outcome`` None), found the
@@ -161,6 +214,8 @@ class TorchLoop:
             _pending.append(waiting[-1])
 
     def _exhausted(self, loader_pass: LoaderPass, fetch: Fetch) -> None:
+        if self.held:  # the last batch fed no training work: an evaluation batch
+            self._judged_evaluation(sys._getframe(2))
         state = _state()
         if loader_pass is self.evaluation_pass:
             self.evaluation_pass = None
@@ -178,6 +233,9 @@ class TorchLoop:
         self.dry = True
         epoch = state.epoch
         training.record_fetches(waiting, epoch.opened[0] if epoch is not None else None)
+        # The loop that consumed the pass: the caller of the fetch hook (__next__, or a
+        # subclass's generator), three frames out (fetch_ends, then the hook's guard).
+        loader_pass.loop = _consumer(sys._getframe(3))
         step = state.step
         if step is not None and step.owner is TORCH and not step.complete:
             # The last batches' work may still come (a loader that fetches ahead); once the
@@ -205,6 +263,9 @@ class TorchLoop:
         """A forward in train mode with gradients, a backward, or an optimizer moment."""
         if _pending:
             self._begin_training_step()
+            if self.held:  # the eval forwards before this work: the step's
+                step = _state().step
+                self.record_held(step.opened[0] if step is not None else None)
             return
         state = (recorder.current or recorder.active()).training  # no call: every hook
         if self.evaluation_pass is not None:  # training again, with no fetch in between
@@ -247,8 +308,9 @@ class TorchLoop:
             if self._begins_epoch(state, new):
                 training.begin_epoch(TORCH, start_ns=start)  # the last one ends there
                 self.epoch_passes, self.dry = passes, False
-            else:  # another loader of this epoch's loop (zipped, or in turns)
+            else:  # another loader of this epoch's loop (zipped, in turns, or a loop after)
                 self.epoch_passes.extend(new)
+                self.dry = False
             for loader_pass in new:
                 loader_pass.role = TRAINING
         if self.evaluation_pass is not None:
@@ -263,8 +325,10 @@ class TorchLoop:
     def _begins_epoch(self, state: TrainingState, new: list[LoaderPass]) -> bool:
         """Do the passes in ``new`` begin the next epoch, or join the open one?"""
         epoch = state.epoch
-        if epoch is None or epoch.owner is not TORCH or epoch.fallback or self.dry:
+        if epoch is None or epoch.owner is not TORCH or epoch.fallback:
             return True
+        if self.dry:  # a pass of another loop over a new loader joins the epoch
+            return not all(p.joins for p in new)
         loaders = [p.loader for p in self.epoch_passes]
         return any(p.loader in loaders for p in new)
 
@@ -288,19 +352,55 @@ class TorchLoop:
             fetches = [fetch for fetch in fetches if fetch not in replaced]
         return fetches
 
-    def evaluation_work(self, frame: Any) -> None:
-        """A forward in eval mode or without gradients (``frame``: the hook's caller)."""
+    def evaluation_work(self, frame: Any) -> bool:
+        """A forward in eval mode or without gradients (``frame``: the hook's caller); True
+        when its span is to be held until its batch is judged (:meth:`hold`)."""
         if self.training_thread is not None and _thread_id() != self.training_thread:
-            return  # another thread's evaluation: the training loop's moments are not its
+            return False  # another thread's evaluation: the training loop's moments are not its
         if _pending:
             source = _pending[-1].source
-            if isinstance(source, LoaderPass) and source.role != TRAINING:
-                if not source.prior_training:
-                    self._begin_evaluation(source, frame)
-            return  # (else a forward inside a training iteration: a teacher's, say)
+            if not isinstance(source, LoaderPass) or not training.may_own(TORCH):
+                return False
+            if source.role == TRAINING:  # a teacher's forward, say: the batch's step begins
+                self._begin_training_step()
+            elif source.role == UNKNOWN:
+                if source.prior_training or self._may_train_on(source):
+                    return True
+                self._begin_evaluation(source, frame)
+            return False
         step = _state().step
         if step is not None and step.complete:
             training.end_completed_step(TORCH)
+        return False
+
+    def _may_train_on(self, source: LoaderPass) -> bool:
+        """Could a pass that began with no model training still be a training pass? Before
+        any training (a frozen backbone in eval), or over a loader that trained this epoch
+        (a model left in eval after validation)."""
+        return not self.epoch_passes or any(p.loader is source.loader for p in self.epoch_passes)
+
+    def hold(self, attributes: dict[str, Any], start_ns: int, error: BaseException | None) -> None:
+        """A held forward (from ``start_ns`` to now) waits with its batch's fetch."""
+        self.held.append((attributes, start_ns, _time_ns(), error))
+
+    def record_held(self, parent: Any) -> None:
+        """The held forwards as spans under ``parent`` (None: where the program is)."""
+        held, self.held = self.held, []
+        if not _state().detail:  # a step kept without its hook spans
+            return
+        if parent is None:
+            parent = current_span()
+        for attributes, start_ns, end_ns, error in held:
+            hook_spans.record_on(parent, semconv.FORWARD, attributes, start_ns, end_ns, error)
+
+    def _judged_evaluation(self, frame: Any) -> None:
+        """The batch with held forwards fed no training work: its pass is an evaluation."""
+        source = _pending[-1].source if _pending else None
+        if isinstance(source, LoaderPass) and source.role == UNKNOWN:
+            self._begin_evaluation(source, frame)
+        evaluation = _state().evaluation
+        mine = evaluation is not None and evaluation.owner is TORCH
+        self.record_held(evaluation.opened[0] if mine else None)  # type: ignore[union-attr]
 
     def _begin_evaluation(self, source: LoaderPass, frame: Any) -> None:
         if not training.may_own(TORCH):
@@ -324,6 +424,12 @@ class TorchLoop:
         if not _pending or (
             self.training_thread is not None and _thread_id() != self.training_thread
         ):
+            return
+        if self.held:  # eval forwards came first: what is on now judges the batch
+            if self.training_now():
+                self.training_work()
+            else:
+                self._judged_evaluation(sys._getframe(2))
             return
         source = _pending[-1].source
         if isinstance(source, LoaderPass) and not source.prior_training:

@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from opentelemetry.trace import Status, StatusCode
+
 from ..exporters import lines
 from ..otel import semconv
 from ..recording.recorder import Recorder
@@ -307,17 +309,22 @@ class _NodeView:
         self.start_time = node["start_ns"]
         self.end_time = node["end_ns"]
         self._marks = node["marks"]
+        self._events = node["events"]
+        self.status = Status(StatusCode[node.get("status") or "UNSET"])
 
     @property
     def events(self) -> list[Any]:
-        return [_Event(m) for m in self._marks if m["kind"] == "point"]
+        marks = [_Event(m["name"], {semconv.MARK_VALUE: m["value"]}, m["time_ns"])
+                 for m in self._marks if m["kind"] == "point"]  # fmt: skip
+        others = [_Event(e["name"], e["attributes"], e["time_ns"]) for e in self._events]
+        return marks + others
 
 
 class _Event:
-    def __init__(self, mark: dict[str, Any]) -> None:
-        self.name = mark["name"]
-        self.attributes = {semconv.MARK_VALUE: mark["value"]}
-        self.timestamp = mark["time_ns"]
+    def __init__(self, name: str, attributes: dict[str, Any], timestamp: int | None) -> None:
+        self.name = name
+        self.attributes = attributes
+        self.timestamp = timestamp
 
 
 def _frame(nodes: list[dict[str, Any]], depths: dict[int, int] | None = None) -> Any:

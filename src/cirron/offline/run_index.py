@@ -56,6 +56,12 @@ class RunListing:
 
     @property
     def failed(self) -> bool:
+        """As :attr:`cirron.offline.runs.Run.failed`: a session ended in an error (lines
+        without the sessions' ``failed``, from an older index, or with no session: any
+        error)."""
+        sessions = [session for line in self.lines for session in line["sessions"]]
+        if sessions and all("failed" in session for session in sessions):
+            return any(session["failed"] for session in sessions)
         return any(line["errors"] for line in self.lines)
 
     @property

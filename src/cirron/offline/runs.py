@@ -80,7 +80,10 @@ class Run:
 
     @property
     def failed(self) -> bool:
-        return any(span.status.status_code.name == "ERROR" for span in self.spans)
+        """The run ended with an error: a session (a process) ended in one, or, with no
+        session read, any span did. A run that caught its errors and went on did not fail."""
+        sessions = [span for span in self.spans if span.name == semconv.SESSION]
+        return any(span.status.status_code.name == "ERROR" for span in (sessions or self.spans))
 
     @property
     def steps(self) -> int:

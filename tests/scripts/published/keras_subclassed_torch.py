@@ -4,7 +4,8 @@ NumPy arrays with ``validation_split``.
 
 Implied: 2 epochs of 8 batches (256 training samples of 320, batches of 32) owned by Keras,
 a validate pass of 2 batches in each; no torch step of its own, no forward outside Keras's
-moments counted as training.
+moments counted as training, and no forward for the calls on the meta device that build the
+model (4 eval forwards in all: the validate passes' batches).
 """
 
 from __future__ import annotations
