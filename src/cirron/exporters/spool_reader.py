@@ -211,6 +211,44 @@ def load_request(name: str) -> tuple[dict[str, Any] | None, Problem | None]:
     return document, Problem(name, "; ".join(said), False) if said else None
 
 
+def span_lines(name: str) -> tuple[list[Any], list[str]] | None:
+    """(the resource's OTLP/JSON attribute list, the span lines) of a spool file as cirron
+    writes it (a span a line), read whole and undamaged, of one resource; None for any other
+    file, which :func:`load_request` reads. For a reader that takes a line's fields itself
+    (the Chrome export): each line is one span's JSON object."""
+    try:
+        with open(name, "rb") as stream:
+            data = stream.read()
+    except OSError:
+        return None
+    if data[:2] == GZIP_MAGIC:
+        data, damage = inflate(data)
+        if damage is not None:
+            return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines = text.split("\n")
+    resource: list[dict[str, Any]] = []
+    if (
+        len(lines) < 2
+        or not lines[-1].startswith("]")  # the request's end: the file is whole
+        or text.count(_RESOURCE_OPEN) != 1
+        or _SURROGATE_ESCAPE.search(text)  # (replaced the long way)
+        or _open_scope(lines[0], resource) is None
+    ):
+        return None
+    spans = []
+    for line in lines[1:-1]:
+        if line.startswith(_SPAN_LINE):
+            spans.append(line[:-1] if line.endswith(",") else line)
+        elif not (line.startswith("]},{") and line.endswith(_SPANS_OPEN)):  # another scope
+            return None
+    attributes = resource[0]["resource"].get("attributes") if resource[0].get("resource") else []
+    return (attributes if isinstance(attributes, list) else []), spans
+
+
 def read_files(names: Iterable[str], *, repair: bool = True) -> Iterator[SpoolFile]:
     """Each of ``names`` as read (see :func:`read_file`), one at a time: for a caller that
     streams a large spool."""

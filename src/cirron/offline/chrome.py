@@ -45,6 +45,7 @@ import itertools
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -275,10 +276,65 @@ def _from_sdk(span: Any) -> _Span:
     )  # fmt: skip
 
 
+# A span line with no attributes, events, links or status, as cirron's encoder writes it
+# (most of a long run's: data_load, backward, ...): its fields read without parsing it. What
+# the decoder would refuse (a zero span id, a time past 64 bits) does not match.
+_BARE_SPAN = re.compile(
+    r'\{"traceId":"[0-9a-f]{32}","spanId":"(?!0{16})([0-9a-f]{16})"'
+    r'(?:,"parentSpanId":"([0-9a-f]{16})")?,"name":"([^"\\\x00-\x1f]*)","kind":1,'
+    r'"startTimeUnixNano":"([0-9]{1,19})","endTimeUnixNano":"([0-9]{1,19})",'
+    r'"attributes":\[\](?:,"flags":[0-9]{1,9})?\}'
+)
+
+
 def _read_file(
     trace: _Trace, name: str, on_problem: Callable[[spool_reader.Problem], None]
 ) -> None:
-    """Add the spans of the spool file ``name`` that belong to ``trace``'s processes."""
+    """Add the spans of the spool file ``name`` that belong to ``trace``'s processes: from
+    its lines when cirron wrote it (:func:`cirron.exporters.spool_reader.span_lines`), else
+    from its request as the reader gives it."""
+    found = spool_reader.span_lines(name)
+    if found is None:
+        _read_request(trace, name, on_problem)
+        return
+    listed, lines = found
+    try:
+        attributes = plain_attributes(listed)
+    except ValueError:
+        _read_request(trace, name, on_problem)
+        return
+    process = trace.by_key.get(process_key(attributes))
+    if process is None:
+        return
+    skipped: list[str] = []
+    bare = _BARE_SPAN.fullmatch
+    for line in lines:
+        match = bare(line)
+        record: _Span | None
+        if match is not None:
+            parent = match[2]
+            record = _Span(
+                int(match[1], 16), int(parent, 16) if parent else None, match[3],
+                int(match[4]), int(match[5]) or None, None, [],
+            )  # fmt: skip
+        else:
+            try:
+                span = json.loads(line)
+            except (ValueError, RecursionError) as error:  # (a whole file: never so far)
+                skipped.append(f"a line that is not JSON ({error})")
+                continue
+            try:
+                record = _from_json(span)
+            except Exception:  # not the shape cirron writes: as the decoder reads it
+                record = _decoded(span, attributes, {}, skipped)
+        if record is not None:
+            trace.offer(process, record)
+    _say(name, None, skipped, on_problem)
+
+
+def _read_request(
+    trace: _Trace, name: str, on_problem: Callable[[spool_reader.Problem], None]
+) -> None:
     document, problem = spool_reader.load_request(name)
     skipped: list[str] = []
     for resource_spans in document["resourceSpans"] if document is not None else ():
@@ -298,6 +354,16 @@ def _read_file(
                         trace.offer(process, record)
         except Exception as error:  # one bad entry costs its own spans, never the export
             skipped.append(f"an entry unreadable ({error!r})")
+    _say(name, problem, skipped, on_problem)
+
+
+def _say(
+    name: str,
+    problem: spool_reader.Problem | None,
+    skipped: list[str],
+    on_problem: Callable[[spool_reader.Problem], None],
+) -> None:
+    """Hand on the file's problem, if any, with the spans skipped in it."""
     if skipped:
         more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
         reason = f"{len(skipped)} spans skipped (the first: {skipped[0]}{more})"
