@@ -245,3 +245,23 @@ def test_zero_code_with_traces_metrics_and_logs_to_nobody_exits_within_the_exit_
     ended = float(output.split("ENDED ", 1)[1].split()[0])
     assert exited - ended < 2 + 3, output  # the exit timeout, and the interpreter's ending
     assert "prepare" in {s["name"] for s in spool_spans(str(tmp_path / ".cirron"))}
+
+
+def test_spans_printed_locally_with_metrics_to_nobody_get_one_line_not_a_retry_log(tmp_path):
+    """``OTEL_TRACES_EXPORTER=cirron_stdout`` leaves metrics and logs on the distro's default,
+    OTLP, with nothing listening: one line says so (and how to keep everything local)."""
+    process = start(
+        tmp_path,
+        TRACED_AND_LOGGED,
+        [str(BIN / "opentelemetry-instrument"), str(BIN / "python"), "train.py"],
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+        OTEL_TRACES_EXPORTER="cirron_stdout",
+        OTEL_METRICS_EXPORTER="otlp",
+        OTEL_LOGS_EXPORTER="otlp",
+        CIRRON_EXIT_TIMEOUT="2",
+    )
+    returncode, output = finish(process, timeout=120)
+    assert returncode == 0 and "[cirron] prepare" in output, output
+    failures = [line for line in output.splitlines() if "UNAVAILABLE" in line]
+    assert len(failures) == 1 and "cirron: OTLP export failed" in failures[0], output
+    assert "OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none" in failures[0]
