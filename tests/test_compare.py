@@ -52,7 +52,14 @@ def test_a_run_compared_with_itself_gives_ratios_of_one_and_exit_0(runs):
     assert result.returncode == 0, result.stdout + result.stderr
     ratios = re.findall(r" (\d+\.\d\d)$", result.stdout, re.M)
     assert ratios and set(ratios) == {"1.00"}, result.stdout
-    assert "within the 5% threshold" in result.stdout
+    assert "B is as fast as A at the median step: passed, not slower" in result.stdout
+
+
+def test_a_faster_b_passed_the_threshold_rather_than_being_within_it(runs):
+    result = cirron(runs, "compare", "b/.cirron", "a/.cirron", "--threshold", "5%")
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = r"B is 1[67]\.\d% faster than A at the median step: passed, not slower \(the 5% "
+    assert re.search(said + r"threshold limits a slowdown\)\.", result.stdout), result.stdout
 
 
 def test_a_step_20_percent_slower_exits_non_zero_at_a_10_percent_threshold(runs):

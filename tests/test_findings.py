@@ -84,6 +84,7 @@ def test_the_input_share_is_the_share_the_loop_measured_itself(
     assert abs(said - measured["wait_share"]) <= 0.10, (said, measured)
     severity, text = about(found, "waiting for data")
     assert ("is input-bound" in text) is bound and ("not input-bound" in text) is not bound
+    assert re.search(r"\(40 steps, median step [\d.]+m?s\)", text), text  # the step's median
     assert severity == ("warning" if bound else "info")
     if bound:
         output = cirron(tmp_path, "show", "--diagnose").stdout
