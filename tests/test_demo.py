@@ -29,3 +29,12 @@ def test_with_a_dead_endpoint_the_exit_line_says_what_each_sink_delivered(tmp_pa
     found = re.search(r"(\d+) spans recorded; delivered: spool (\d+), otlp 0", line)
     assert found and found.group(1) == found.group(2), line  # the spool has them all
     assert "run `cirron export` to send the spool's spans to the OTLP endpoint" in line
+
+
+def test_the_demo_ends_with_no_warning(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(DEMO), "--epochs", "1"], cwd=tmp_path, capture_output=True,
+        text=True, timeout=180, env=clean_environment(),
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+    assert "spans recorded; delivered: spool " in result.stdout

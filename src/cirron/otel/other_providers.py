@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -24,26 +25,26 @@ _log = logging.getLogger("cirron")
 
 
 def _sdk_providers() -> list[tuple[str, Any]]:
-    """The global SDK meter and logger providers, with the signal each carries."""
+    """The global SDK meter and logger providers, with the signal each carries.
+
+    Only from SDK modules already imported (none imported: no such provider exists). At exit
+    an import is no option: the logs SDK builds a default resource when imported, on a thread
+    pool the interpreter no longer lets start."""
     found: list[tuple[str, Any]] = []
-    try:
+    metrics_sdk = sys.modules.get("opentelemetry.sdk.metrics")
+    if metrics_sdk is not None:
         from opentelemetry import metrics
-        from opentelemetry.sdk.metrics import MeterProvider
 
         meter_provider = metrics.get_meter_provider()
-        if isinstance(meter_provider, MeterProvider):
+        if isinstance(meter_provider, metrics_sdk.MeterProvider):
             found.append(("metrics", meter_provider))
-    except ImportError:  # pragma: no cover - the SDK ships both
-        pass
-    try:
+    logs_sdk = sys.modules.get("opentelemetry.sdk._logs")
+    if logs_sdk is not None:
         from opentelemetry._logs import get_logger_provider
-        from opentelemetry.sdk._logs import LoggerProvider
 
         logger_provider = get_logger_provider()
-        if isinstance(logger_provider, LoggerProvider):
+        if isinstance(logger_provider, logs_sdk.LoggerProvider):
             found.append(("logs", logger_provider))
-    except ImportError:  # pragma: no cover
-        pass
     return found
 
 
