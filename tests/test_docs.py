@@ -9,7 +9,9 @@ the benchmarks' tables (``python -m benchmarks --write-docs``) are markdown the 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -58,3 +60,24 @@ def test_a_benchmark_writes_its_rows_as_a_markdown_table_without_empty_columns()
     assert lines[0] == "| operation | cirron | spread | baseline (same run) | baseline | ratio |"
     assert lines[2] == "| empty ci.scope | 2.00 us |  | SDK span | 10.00 us | 0.20x |"
     assert lines[3].startswith("| &nbsp;&nbsp;its RSS | 7.00 MB |")  # a sub-row stays indented
+
+
+def test_a_link_to_a_page_the_site_leaves_out_fails_the_strict_build(tmp_path):
+    """MkDocs logs such a link at INFO only (a 404 on the built page); the hook makes it a
+    warning, so ``--strict`` fails on it."""
+    docs = tmp_path / "docs"
+    (docs / "tables").mkdir(parents=True)
+    (docs / "tables" / "figures.md").write_text("| a |\n| - |\n| 1 |\n")
+    (docs / "index.md").write_text("# Home\n\nSee [the figures](tables/figures.md).\n")
+    (tmp_path / "mkdocs.yml").write_text(
+        f"site_name: t\ndocs_dir: docs\nexclude_docs: |\n  tables/\n"
+        f"hooks:\n  - {ROOT / 'docs' / 'gen_pages.py'}\n"
+    )
+    # (Not --quiet: it silences the warnings --strict counts, and the build passes.)
+    mkdocs = [str(Path(sys.executable).parent / "mkdocs"), "build", "--strict"]
+    result = subprocess.run(mkdocs, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "Doc file 'index.md' links to 'tables/figures/', which is not on the site" in (
+        result.stderr
+    )
