@@ -11,10 +11,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 from cirron import config
 from cirron.otel import semconv
@@ -81,3 +84,34 @@ def test_a_link_to_a_page_the_site_leaves_out_fails_the_strict_build(tmp_path):
     assert "Doc file 'index.md' links to 'tables/figures/', which is not on the site" in (
         result.stderr
     )
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Counts, once laid out, the code blocks whose lines are wider than the block (cut off).
+OVERFLOW = """<script>addEventListener("load", () => {
+  const cut = [...document.querySelectorAll("pre > code")]
+    .filter((code) => code.scrollWidth > code.clientWidth + 1).length;
+  document.body.insertAdjacentHTML("beforeend", `<p id="cut-code-blocks">${cut}</p>`);
+});</script></body>"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/setup.sh)")
+def test_no_code_block_is_cut_at_the_width_of_the_page_in_a_browser(tmp_path):
+    site = tmp_path / "site"
+    subprocess.run(
+        [str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "--site-dir", site],
+        cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, check=True,
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    for page in ("index.html", "guide/pytorch/index.html", "guide/viewing/index.html"):
+        probed = site / page.replace("index.html", "probed.html")
+        probed.write_text((site / page).read_text().replace("</body>", OVERFLOW, 1))
+        dom = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}",
+             "--window-size=1280,900", "--virtual-time-budget=5000", "--dump-dom",
+             probed.as_uri()],
+            capture_output=True, text=True, timeout=120,
+        ).stdout  # fmt: skip
+        assert '<p id="cut-code-blocks">0</p>' in dom, (page, dom[-300:])
