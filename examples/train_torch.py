@@ -75,12 +75,24 @@ def main() -> None:
     health = handle.health()
     print(f"\n{delivered(health)}")
     if "spool" in health["sinks"]:
-        cirron = os.path.relpath(os.path.join(os.path.dirname(sys.executable), "cirron"))
-        print(
-            f"The spool is in {os.path.join(handle.settings.path, 'spool')}/: "
-            f"`{cirron} show --diagnose` says what it found, "
-            f"`{cirron} report -o report.html` draws it."
-        )
+        print(f"The spool is in {os.path.join(handle.settings.path, 'spool')}/: {next_steps()}")
+
+
+def next_steps() -> str:
+    """The commands to run next, as typed here: the venv's ``cirron`` is not on the PATH until
+    the venv is activated (the README writes ``cirron ...``)."""
+    scripts = os.path.dirname(sys.executable)
+    on_path = any(
+        os.path.realpath(p) == os.path.realpath(scripts) for p in os.environ["PATH"].split(":")
+    )
+    cirron = "cirron" if on_path else os.path.relpath(os.path.join(scripts, "cirron"))
+    said = (
+        f"`{cirron} show --diagnose` says what it found, `{cirron} report -o report.html` draws it."
+    )
+    if not on_path:
+        activate = os.path.relpath(os.path.join(scripts, "activate"))
+        said += f" (After `source {activate}`, `cirron ...` works as the README writes it.)"
+    return said
 
 
 if __name__ == "__main__":

@@ -38,3 +38,8 @@ def test_the_demo_ends_with_no_warning(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
     assert "spans recorded; delivered: spool " in result.stdout
+    # The venv is not activated: the commands to type next are given with their path, and how
+    # to make the README's `cirron ...` work as written.
+    last = result.stdout.splitlines()[-1]
+    assert "bin/cirron show --diagnose` says what it found" in last, last
+    assert "bin/activate`, `cirron ...` works as the README writes it" in last, last
