@@ -26,6 +26,18 @@ def make_data(samples: int = 256, features: int = 20, classes: int = 4) -> Tenso
     return TensorDataset(inputs, labels)
 
 
+def delivered(health: dict) -> str:
+    """What each sink delivered: a backend that got nothing is no lost run when the spool
+    has every span (``cirron export`` sends them later)."""
+    sinks = health["sinks"]
+    each = ", ".join(f"{name} {figures['exported']}" for name, figures in sinks.items())
+    line = f"{health['spans_ended']} spans recorded; delivered: {each or 'no sink'}"
+    spooled = sinks.get("spool", {}).get("exported", 0)
+    if spooled and "otlp" in sinks and sinks["otlp"]["exported"] < spooled:
+        line += ": run `cirron export` to send the spool's spans to the OTLP endpoint"
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=2)
@@ -61,17 +73,26 @@ def main() -> None:
     ci.shutdown()  # the run is over: every span ends and is written
     print(ci.trace())
     health = handle.health()
-    print(
-        f"\n{health['spans_ended']} spans recorded, {health['spans_exported']} exported, "
-        f"{health['spans_dropped']} dropped; sinks: {', '.join(health['sinks']) or 'none'}"
-    )
+    print(f"\n{delivered(health)}")
     if "spool" in health["sinks"]:
-        cirron = os.path.relpath(os.path.join(os.path.dirname(sys.executable), "cirron"))
-        print(
-            f"The spool is in {os.path.join(handle.settings.path, 'spool')}/: "
-            f"`{cirron} show --diagnose` says what it found, "
-            f"`{cirron} report -o report.html` draws it."
-        )
+        print(f"The spool is in {os.path.join(handle.settings.path, 'spool')}/: {next_steps()}")
+
+
+def next_steps() -> str:
+    """The commands to run next, as typed here: the venv's ``cirron`` is not on the PATH until
+    the venv is activated (the README writes ``cirron ...``)."""
+    scripts = os.path.dirname(sys.executable)
+    on_path = any(
+        os.path.realpath(p) == os.path.realpath(scripts) for p in os.environ["PATH"].split(":")
+    )
+    cirron = "cirron" if on_path else os.path.relpath(os.path.join(scripts, "cirron"))
+    said = (
+        f"`{cirron} show --diagnose` says what it found, `{cirron} report -o report.html` draws it."
+    )
+    if not on_path:
+        activate = os.path.relpath(os.path.join(scripts, "activate"))
+        said += f" (After `source {activate}`, `cirron ...` works as the README writes it.)"
+    return said
 
 
 if __name__ == "__main__":

@@ -8,5 +8,6 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check src tests benchmarks examples docs/*.py  # not docs/*.md: aligned comments
 .venv/bin/mypy
 # The documentation site, strictly: a broken link or a warning fails (docs/, mkdocs.yml).
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir .site
+# Not --quiet: it silences the warnings --strict counts, and a broken link then passes.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .site
 exec .venv/bin/python -m pytest -q "$@"

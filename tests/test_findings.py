@@ -85,6 +85,7 @@ def test_the_input_share_is_the_share_the_loop_measured_itself(
     assert abs(said - measured["wait_share"]) <= 0.10, (said, measured)
     severity, text = about(found, "waiting for data")
     assert ("is input-bound" in text) is bound and ("not input-bound" in text) is not bound
+    assert re.search(r"\(40 steps, median step [\d.]+m?s\)", text), text  # the step's median
     assert severity == ("warning" if bound else "info")
     if bound:
         output = cirron(tmp_path, "show", "--diagnose").stdout
@@ -182,8 +183,8 @@ def test_steps_the_grad_scaler_skipped_are_counted_with_the_loss_scale(tmp_path)
 
 
 def test_slow_steps_leave_out_the_warm_up_steps_and_say_so(tmp_path):
-    # Steps of 12 ms, so that a machine busy with other work does not make one 3x the median.
-    known_run(tmp_path, "--epochs", "2", "--steps", "20", "--compute-ms", "12",
+    # On the known clock: a slow step is 72 ms against 12, however busy the machine is.
+    known_run(tmp_path, "--epochs", "2", "--steps", "20", "--compute-ms", "12", "--known-clock",
               "--slow-at", "0", "20", "7", "33")  # fmt: skip
     severity, text = about(findings(tmp_path), "took more than 3x the median")
     assert "2 steps took" in text and "steps 7, 33; the slowest" in text
@@ -199,7 +200,7 @@ def test_a_loss_that_does_not_decrease_is_said_and_a_falling_one_is_not(tmp_path
 
 
 def test_a_stall_between_epochs_is_a_long_gap(tmp_path):
-    known_run(tmp_path, "--epochs", "2", "--steps", "10", "--pause-s", "0.4")
+    known_run(tmp_path, "--epochs", "2", "--steps", "10", "--pause-s", "0.4", "--known-clock")
     severity, text = about(findings(tmp_path), "long gap")
     assert severity == "warning"
     assert re.search(r"4\d\dms between steps 9 and 10 \(nothing recorded: a stall\)", text)

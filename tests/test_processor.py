@@ -229,6 +229,23 @@ def test_stdout_sink_prints_one_line_per_span(capsys):
     ), line
 
 
+def test_stdout_sink_prints_a_flush_in_the_order_the_spans_began(capsys):
+    torch = pytest.importorskip("torch")
+    ci.profile(output="stdout", frameworks=["torch"], flush_interval=60)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=8):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    ci.shutdown()  # one flush: every span of the loop
+    names = [line.split()[1] for line in capsys.readouterr().out.splitlines()]
+    steps = [names.index("step[0]"), names.index("step[1]")]
+    forwards = [i for i, name in enumerate(names) if name == "forward"]
+    # each step's forward right after it, not every step first and the forwards after
+    assert len(forwards) == 2 and steps[0] < forwards[0] < steps[1] < forwards[1], names
+
+
 def test_log_sink_writes_to_the_cirron_trace_logger(caplog):
     with caplog.at_level(logging.INFO, logger="cirron.trace"):
         ci.profile(output="log")

@@ -115,3 +115,15 @@ def test_the_report_opens_offline_in_a_browser_with_its_charts_and_findings(run,
         capture_output=True, timeout=120,
     )  # fmt: skip
     assert screenshot.stat().st_size > 10_000
+
+
+def test_a_short_runs_report_names_its_run_and_says_its_steps_are_measured_on_a_cadence(run):
+    page = run / "one.html"
+    result = cirron("report", "-o", str(page), cwd=run)
+    assert result.returncode == 0, result.stderr
+    text = page.read_text()
+    # which of the folder's runs is shown
+    assert re.search(r"<p id='run'>Run <code>report-run</code>, started 20\d\d-", text)
+    # 24 short steps a rank, a few measured: the charts say why they have a few dots only
+    found = re.search(r"Measured on (\d+) of 48 steps: steps are measured on a cadence", text)
+    assert found and 2 <= int(found.group(1)) < 48, text[-3000:]

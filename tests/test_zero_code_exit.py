@@ -46,9 +46,8 @@ UNTIL_KILLED = (
 
 def environment(**extra: str) -> dict[str, str]:
     # PYTHONFAULTHANDLER: a child that does not end says where each of its threads is (below).
-    return support.clean_environment(
-        OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none", PYTHONFAULTHANDLER="1", **extra
-    )
+    chosen = {"OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", **extra}
+    return support.clean_environment(PYTHONFAULTHANDLER="1", **chosen)
 
 
 def start(directory: Path, code: str, command: list[str], **extra: str) -> subprocess.Popen[str]:
@@ -212,3 +211,57 @@ def test_zero_code_ends_about_as_soon_as_ci_profile_with_an_unreachable_endpoint
         OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,  # and the distro's default: otlp, over gRPC
     )
     assert zero_code < profiled + 2.0, (zero_code, profiled)
+
+
+# A span, a warning logged (a record for the logs exporter), and when the script ended. No
+# torch: its teardown alone takes seconds on a loaded machine, more than what is measured here.
+TRACED_AND_LOGGED = """
+    import logging, time
+    from opentelemetry import trace
+    with trace.get_tracer("train").start_as_current_span("prepare"):
+        sum(range(1000))
+    logging.getLogger("train").warning("trained")
+    print("ENDED", time.time(), flush=True)
+"""
+
+
+def test_zero_code_with_traces_metrics_and_logs_to_nobody_exits_within_the_exit_timeout(tmp_path):
+    """The distro's defaults (traces, metrics and logs over OTLP) with nothing listening: the
+    metrics and logs providers the configurator made are given up on at the same deadline as
+    the traces, not after their own retries (~15 s more)."""
+    process = start(
+        tmp_path,
+        TRACED_AND_LOGGED,
+        [str(BIN / "opentelemetry-instrument"), str(BIN / "python"), "train.py"],
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+        OTEL_METRICS_EXPORTER="otlp",
+        OTEL_LOGS_EXPORTER="otlp",
+        OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED="true",
+        CIRRON_EXIT_TIMEOUT="2",
+    )
+    returncode, output = finish(process, timeout=120)
+    exited = time.time()
+    assert returncode == 0, output
+    ended = float(output.split("ENDED ", 1)[1].split()[0])
+    assert exited - ended < 2 + 3, output  # the exit timeout, and the interpreter's ending
+    assert "prepare" in {s["name"] for s in spool_spans(str(tmp_path / ".cirron"))}
+
+
+def test_spans_printed_locally_with_metrics_to_nobody_get_one_line_not_a_retry_log(tmp_path):
+    """``OTEL_TRACES_EXPORTER=cirron_stdout`` leaves metrics and logs on the distro's default,
+    OTLP, with nothing listening: one line says so (and how to keep everything local)."""
+    process = start(
+        tmp_path,
+        TRACED_AND_LOGGED,
+        [str(BIN / "opentelemetry-instrument"), str(BIN / "python"), "train.py"],
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+        OTEL_TRACES_EXPORTER="cirron_stdout",
+        OTEL_METRICS_EXPORTER="otlp",
+        OTEL_LOGS_EXPORTER="otlp",
+        CIRRON_EXIT_TIMEOUT="2",
+    )
+    returncode, output = finish(process, timeout=120)
+    assert returncode == 0 and "[cirron] prepare" in output, output
+    failures = [line for line in output.splitlines() if "UNAVAILABLE" in line]
+    assert len(failures) == 1 and "cirron: OTLP export failed" in failures[0], output
+    assert "OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none" in failures[0]

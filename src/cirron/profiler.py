@@ -22,7 +22,7 @@ from .exporters.sinks import SinkWorker
 from .metrics import Recorded
 from .metrics import render as render_metrics
 from .offline import readback
-from .otel import provider, semconv, spans
+from .otel import other_providers, provider, semconv, spans
 from .otel.health import Health
 from .otel.processor import RingBufferSpanProcessor
 from .otel.spans import ScopeSpan
@@ -312,9 +312,18 @@ class Profiler:
         provider.remove_processor(self._provider, processor)
         if self.metrics_session is not None:  # its closing began when its sink stopped, first
             call_guarded("closing metrics", self.metrics_session.close, deadline)
+        # At exit, the program's metrics and logs providers end by the same deadline (with
+        # cirron's last metrics in): the SDK's own exit hooks would wait for their retries.
+        signals = (
+            call_guarded("ending metrics and logs", other_providers.ProvidersShutdown, deadline)
+            if exiting
+            else None
+        )
         late = others.wait(deadline) if others is not None else []
         if late and exiting:
             provider.cut_short(self._provider, late, timeout)
+        if signals is not None:
+            call_guarded("ending metrics and logs", signals.cut_short_late, deadline, timeout)
 
     # -- exit paths -------------------------------------------------------------
     def _end_open_spans(

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import logging
 
+from .exporters import export_errors
+
 _log = logging.getLogger("cirron")
 
 
@@ -53,6 +55,7 @@ def start() -> None:
         )
     try:
         _warn_if_the_protocol_misses_the_port()
+        export_errors.install()  # one line, not a retry log, when nothing listens
     except Exception:  # noqa: BLE001, S110 - only advice: the program runs as it would
         pass
 

@@ -10,9 +10,7 @@ import argparse
 import json
 import time
 
-import torch
-
-import cirron as ci
+import known_clock
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=30, help="steps per epoch")
@@ -31,7 +29,17 @@ parser.add_argument("--pause-s", type=float, default=0.0, help="a stall between 
 parser.add_argument("--mark", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
 parser.add_argument("--leak-mb", type=int, default=0, help="host memory kept at each epoch")
 parser.add_argument("--batches", action="store_true", help="the loader wrapped in ci.batches")
+parser.add_argument(
+    "--known-clock", action="store_true",
+    help="the wall clock moves only by the declared work: step times that load cannot change",
+)  # fmt: skip
 arguments = parser.parse_args()
+if arguments.known_clock:
+    known_clock.install()  # before cirron and OpenTelemetry bind time.time_ns
+
+import torch  # noqa: E402
+
+import cirron as ci  # noqa: E402
 
 ci.profile()
 torch.manual_seed(0)
@@ -44,7 +52,7 @@ class Data(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         if arguments.fetch_ms:
-            time.sleep(arguments.fetch_ms / 1000)
+            pause(arguments.fetch_ms)
         x = torch.randn(4)
         return x, x.sum(0, keepdim=True)
 
@@ -61,10 +69,18 @@ class Model(torch.nn.Module):
         return self.linear(x)
 
 
+def pause(milliseconds: float) -> None:
+    time.sleep(milliseconds / 1000)
+    if arguments.known_clock:
+        known_clock.advance(milliseconds)
+
+
 def busy(milliseconds: float) -> None:
     end = time.perf_counter() + milliseconds / 1000
     while time.perf_counter() < end:
         pass
+    if arguments.known_clock:
+        known_clock.advance(milliseconds)
 
 
 model = Model()
@@ -76,7 +92,7 @@ began = time.perf_counter()
 kept = []  # what --leak-mb keeps: a history that only grows
 for epoch in range(arguments.epochs):
     if epoch and arguments.pause_s:
-        time.sleep(arguments.pause_s)
+        pause(arguments.pause_s * 1000)
     if arguments.leak_mb:
         kept.append(b"\x01" * (arguments.leak_mb << 20))  # every page written: resident
     iterator = iter(ci.batches(loader) if arguments.batches else loader)

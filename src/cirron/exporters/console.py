@@ -19,9 +19,15 @@ PREFIX = "[cirron] "
 trace_logger = logging.getLogger("cirron.trace")
 
 
+def in_start_order(spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
+    """A flush's spans in the order they began (they come in the order their sinks' batches
+    were finished: steps and epochs before most of the forwards they hold)."""
+    return sorted(spans, key=lambda span: span.start_time or 0)
+
+
 class StdoutExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        text = "".join(PREFIX + span_line(span) + "\n" for span in spans)
+        text = "".join(PREFIX + span_line(span) + "\n" for span in in_start_order(spans))
         stream = sys.stdout
         if stream is not None:
             stream.write(text)
@@ -35,7 +41,7 @@ class StdoutExporter(SpanExporter):
 class LogExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if trace_logger.isEnabledFor(logging.INFO):
-            for span in spans:
+            for span in in_start_order(spans):
                 trace_logger.info("%s%s", PREFIX, span_line(span))
         return SpanExportResult.SUCCESS
 

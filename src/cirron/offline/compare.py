@@ -252,7 +252,11 @@ def verdict(a: Summary, b: Summary, threshold: float | None) -> tuple[str, bool]
         said = f"B is {-by:.1%} faster than A at the median step"
     else:
         said = "B is as fast as A at the median step"
-    if threshold is not None:
+    if threshold is None:
+        pass
+    elif by <= 0:  # (a faster B is not "within" a limit on slowing down: it passed)
+        said += f": passed, not slower (the {threshold:.0%} threshold limits a slowdown)"
+    else:
         said += f": {'over' if over else 'within'} the {threshold:.0%} threshold"
     return said + ".", over
 

@@ -27,6 +27,7 @@ The charts are drawn by :mod:`cirron.offline.charts`.
 
 from __future__ import annotations
 
+import datetime
 import html
 from typing import Any
 
@@ -211,6 +212,16 @@ def _comparison(compared: Compared) -> str:
 
 
 # -- the document -------------------------------------------------------------------------------
+def _which_run(run: Run) -> str:
+    """The run shown, among the folder's (a spool folder holds every run made in it)."""
+    started = datetime.datetime.fromtimestamp(run.start_ns / 1e9, datetime.timezone.utc)
+    return (
+        f"<p id='run'>Run <code>{_escape(run.id)}</code>, started "
+        f"{started:%Y-%m-%d %H:%M:%S} UTC: the folder's latest unless <code>--run</code> picked "
+        "another (<code>cirron runs</code> lists them).</p>"
+    )
+
+
 def build(
     chosen: list[Run], title: str = "cirron run report", compared: Compared | None = None
 ) -> str:
@@ -238,6 +249,7 @@ def build(
         f"<script>{plotly.offline.get_plotlyjs()}</script></head><body>",
         f"<h1>{_escape(title)}</h1>",
         f"<p>{charted.span_count:,} spans from {len(charted.timelines)} process(es){runs}.</p>",
+        _which_run(chosen[0]) if compared is None and len(chosen) == 1 else "",
         _comparison(compared) if compared is not None else "",
         "<h2>Findings</h2>",
         _findings(chosen, anchors),

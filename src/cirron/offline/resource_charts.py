@@ -52,6 +52,7 @@ def resource_charts(charted: Charted) -> list[Chart]:
         )
     _epoch_lines(memory, sorted(epochs))
     _epoch_lines(cpu, sorted(epochs))
+    cadence = _cadence(charted)
     memory.update_layout(xaxis_title=semconv.STEP, yaxis_title="MB")
     cpu.update_layout(xaxis_title=semconv.STEP, yaxis_title="% of the step on the CPU")
     charts = []
@@ -62,7 +63,7 @@ def resource_charts(charted: Charted) -> list[Chart]:
                 "Memory per step",
                 memory,
                 "The process's resident memory at each step's end; on CUDA, the most the "
-                "allocator held during the step. Dotted lines: where epochs begin.",
+                "allocator held during the step. Dotted lines: where epochs begin. " + cadence,
             )
         )
     if drawn_cpu:
@@ -72,10 +73,21 @@ def resource_charts(charted: Charted) -> list[Chart]:
                 "Training thread's CPU per step",
                 cpu,
                 "Its CPU time over the step's wall time: near 100 % the thread computed all "
-                "along; low, it waited (for data, the device, I/O or a lock).",
+                "along; low, it waited (for data, the device, I/O or a lock). " + cadence,
             )
         )
     return charts
+
+
+def _cadence(charted: Charted) -> str:
+    """How many steps carry the figures, and why not all: a short run shows only a few dots."""
+    steps = [step for _, timeline in charted.timelines for step in timeline.steps]
+    measured = sum(isinstance(_attribute(s.span, semconv.CPU_NS), int) for s in steps)
+    return (
+        f"Measured on {measured:,} of {len(steps):,} steps: steps are measured on a cadence, one "
+        "every step_resources_interval (CIRRON_STEP_RESOURCES_INTERVAL, 0.1 s by default) and "
+        "every step longer than that, so a short run of short steps has a few points only."
+    )
 
 
 def _attribute(span: Any, name: str) -> Any:

@@ -75,7 +75,7 @@ def input_share(who: str, timeline: Timeline, frameworks: list[str]) -> list[Fin
     figures = {"share": share, "waiting_ns": waiting, "wall_ns": wall, "step_count": len(steps)}
     said = (
         f"{who}{share:.0%} of step time is spent waiting for data "
-        f"({len(steps)} steps, median {ms(median)})"
+        f"({len(steps)} steps, median step {ms(median)})"
     )
     if share >= INPUT_BOUND:
         return [
