@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from .spans import exporters_of_processor
+
 _log = logging.getLogger("cirron")
 
 
@@ -100,10 +102,9 @@ def _exporters(provider: Any) -> list[Any]:
     multi = getattr(provider, "_multi_log_record_processor", None)
     holders += list(getattr(multi, "_log_record_processors", ()) or ())
     found: list[Any] = []
-    for holder in holders:
-        for inner in (holder, getattr(holder, "_batch_processor", None)):
-            exporter = getattr(inner, "_exporter", None)
-            if exporter is not None and not any(exporter is seen for seen in found):
+    for holder in holders:  # (a reader or a processor holds its exporter as a span processor)
+        for exporter in exporters_of_processor(holder):
+            if not any(exporter is seen for seen in found):
                 found.append(exporter)
     return found
 
