@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 
+from .otlp import filter_loggers
+
 # The official exporters' loggers (gRPC, HTTP and their shared code).
 EXPORTER_LOGGERS = "opentelemetry.exporter"
 
@@ -48,12 +50,6 @@ one_line = OneLine()
 
 
 def install() -> None:
-    """Put :data:`one_line` on each of the exporters' loggers (a filter acts on its own
-    logger's records only; the configurator imported the exporters, so their loggers exist)."""
-    for name, logger in list(logging.Logger.manager.loggerDict.items()):
-        if (
-            name.startswith(EXPORTER_LOGGERS)
-            and isinstance(logger, logging.Logger)
-            and one_line not in logger.filters
-        ):
-            logger.addFilter(one_line)
+    """Put :data:`one_line` on each of the exporters' loggers (the configurator imported the
+    exporters, so their loggers exist)."""
+    filter_loggers(EXPORTER_LOGGERS, one_line)

@@ -149,13 +149,19 @@ class quiet_exports:
 def quiet_exporter_loggers() -> None:
     """Put :data:`repeat_filter` on every logger of the OpenTelemetry exporters."""
     repeat_filter.reset()
+    filter_loggers(_EXPORTER_LOGGERS, repeat_filter)
+
+
+def filter_loggers(prefixes: str | tuple[str, ...], log_filter: logging.Filter) -> None:
+    """Put ``log_filter`` on each logger whose name begins with one of ``prefixes`` (a
+    filter acts on its own logger's records only, so each logger that exists gets it)."""
     for name, logger in list(logging.Logger.manager.loggerDict.items()):
         if (
-            name.startswith(_EXPORTER_LOGGERS)
+            name.startswith(prefixes)
             and isinstance(logger, logging.Logger)
-            and repeat_filter not in logger.filters
+            and log_filter not in logger.filters
         ):
-            logger.addFilter(repeat_filter)
+            logger.addFilter(log_filter)
 
 
 def otlp_exporter() -> SpanExporter:
