@@ -67,7 +67,7 @@ def close_step(
         cpu = step.cpu
         if cpu is not None:
             current.boundary = resources.step_ends(span, cpu, current)
-        elif now - current.measured_ns >= current.measure_every_ns:
+        elif not 0 <= now - current.measured_ns < current.measure_every_ns:  # (wall clock)
             current.boundary = resources.mark()  # the next step is measured, from here
         else:
             current.boundary = None

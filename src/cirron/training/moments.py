@@ -209,7 +209,7 @@ def fetch_begins_between_steps(now: int) -> None:
     """A batch fetch begins at ``now`` with no step open (an epoch's first): the step it
     feeds, if it is to be measured, is measured from here, as its span begins here."""
     current = (recorder.current or recorder.active()).training
-    if now - current.measured_ns >= current.measure_every_ns:
+    if not 0 <= now - current.measured_ns < current.measure_every_ns:
         current.boundary, current.boundary_ns = resources.mark(), now
 
 

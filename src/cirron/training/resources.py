@@ -145,7 +145,7 @@ class _RunDelay:
             return -1
 
     def _open(self, owner: tuple[int, int]) -> None:
-        if self._fd is not None and self._owner[0] == owner[0]:
+        if self._fd is not None:  # another thread's (or, forked, the parent's thread's)
             try:
                 os.close(self._fd)
             except OSError:
@@ -173,7 +173,8 @@ def cpu_mark(state: TrainingState) -> Mark | None:
     each exact for its step, and a step as long as the interval or longer carries them
     always."""
     now = _time_ns()
-    if state.measured_ns and now - state.measured_ns < state.measure_every_ns:
+    # (The wall clock, as the steps' beginnings: one set back measures the next step.)
+    if state.measured_ns and 0 <= now - state.measured_ns < state.measure_every_ns:
         return None
     state.measured_ns = now
     return mark()
@@ -210,7 +211,7 @@ def step_ends(span: Span, began: Mark | None, state: TrainingState) -> Mark | No
             break
         for name, value in figures.items():
             span.set_attribute(name, value)
-    if _time_ns() - state.measured_ns < state.measure_every_ns:
+    if 0 <= _time_ns() - state.measured_ns < state.measure_every_ns:
         return None
     return ended
 
