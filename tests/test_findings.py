@@ -8,6 +8,7 @@ of time in ``next(iterator)``, and the finding must agree with it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -270,6 +271,14 @@ def cpu_competition(found: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [finding for finding in found if "competed for the CPU" in finding[1]]
 
 
+# The loops are pinned to a core, and the finding reads the kernel's run delay: Linux's.
+pinned = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or not os.access("/proc/thread-self/schedstat", os.R_OK),
+    reason="needs Linux's sched_setaffinity and /proc/thread-self/schedstat",
+)
+
+
+@pinned
 def test_a_loop_beside_two_cpu_hogs_on_its_core_is_told_the_machine_competed(tmp_path):
     # 40 steps of 20 ms: measured on the default cadence (one every 0.1 s), 8 of them or so.
     known_run(tmp_path, "--steps", "40", "--compute-ms", "20", "--pin", "--hogs", "2")
@@ -288,6 +297,7 @@ def test_a_loop_beside_two_cpu_hogs_on_its_core_is_told_the_machine_competed(tmp
     assert "taskset" in cirron(tmp_path, "show", "--diagnose").stdout  # what to do next
 
 
+@pinned
 def test_a_loop_that_sleeps_beside_cpu_hogs_is_not_told_the_machine_competed(tmp_path):
     # On the CPU a few % of its steps' time, the rest asleep: not waiting for a CPU, but for
     # its sleep to end (woken, it waits a few ms for the core: competition too, but small).
@@ -296,6 +306,7 @@ def test_a_loop_that_sleeps_beside_cpu_hogs_is_not_told_the_machine_competed(tmp
     assert not cpu_competition(findings(tmp_path))
 
 
+@pinned
 def test_a_loop_that_waits_for_data_is_not_told_the_machine_competed(tmp_path):
     known_run(tmp_path, "--steps", "40", "--fetch-ms", "20", "--compute-ms", "1", "--pin")
     found = findings(tmp_path)
