@@ -8,6 +8,7 @@ of time in ``next(iterator)``, and the finding must agree with it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -264,3 +265,56 @@ def test_memory_that_stays_flat_is_not_called_a_creep(tmp_path):
     known_run(tmp_path, "--epochs", "6", "--steps", "8", "--compute-ms", "0.5",
               CIRRON_STEP_RESOURCES_INTERVAL="0")  # fmt: skip
     assert not [text for _severity, text in findings(tmp_path) if "crept up" in text]
+
+
+def cpu_competition(found: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [finding for finding in found if "competed for the CPU" in finding[1]]
+
+
+# The loops are pinned to a core, and the finding reads the kernel's run delay: Linux's.
+pinned = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or not os.access("/proc/thread-self/schedstat", os.R_OK),
+    reason="needs Linux's sched_setaffinity and /proc/thread-self/schedstat",
+)
+
+
+@pinned
+def test_a_loop_beside_two_cpu_hogs_on_its_core_is_told_the_machine_competed(tmp_path):
+    # 40 steps of 20 ms: measured on the default cadence (one every 0.1 s), 8 of them or so.
+    known_run(tmp_path, "--steps", "40", "--compute-ms", "20", "--pin", "--hogs", "2")
+    severity, text = about(findings(tmp_path), "competed for the CPU")
+    assert severity == "warning"
+    match = re.search(
+        r"ran on the CPU (\d+)% of its step time and waited (\d+)% of it for a CPU: another "
+        r"process or thread competed for the CPU \((\d+) measured steps of 40",
+        text,
+    )
+    assert match is not None, text
+    ran, waited, measured = (int(group) for group in match.groups())
+    # Three threads share the core: the loop gets a third of it, or less on a busy machine.
+    assert ran <= 45 and waited >= 50 and ran + waited <= 101, text
+    assert measured >= 5
+    assert "taskset" in cirron(tmp_path, "show", "--diagnose").stdout  # what to do next
+
+
+@pinned
+def test_a_loop_that_sleeps_beside_cpu_hogs_is_not_told_the_machine_competed(tmp_path):
+    # On the CPU a few % of its steps' time, the rest asleep: not waiting for a CPU, but for
+    # its sleep to end (woken, it waits a few ms for the core: competition too, but small).
+    known_run(tmp_path, "--steps", "12", "--compute-ms", "1", "--sleep-ms", "100", "--pin",
+              "--hogs", "2")  # fmt: skip
+    assert not cpu_competition(findings(tmp_path))
+
+
+@pinned
+def test_a_loop_that_waits_for_data_is_not_told_the_machine_competed(tmp_path):
+    known_run(tmp_path, "--steps", "40", "--fetch-ms", "20", "--compute-ms", "1", "--pin")
+    found = findings(tmp_path)
+    assert "is input-bound" in about(found, "waiting for data")[1]
+    assert not cpu_competition(found)
+
+
+def test_the_same_loop_without_the_hogs_is_not_told_the_machine_competed(tmp_path):
+    # Unpinned: the loop runs on whichever core is free, as a training run does.
+    known_run(tmp_path, "--steps", "40", "--compute-ms", "20")
+    assert not cpu_competition(findings(tmp_path))

@@ -152,3 +152,46 @@ def test_each_step_has_the_cuda_peak_it_reached_and_the_next_starts_afresh():
     assert peaks[2] >= 256 * MB and peaks[3] < 160 * MB and peaks[1] < 160 * MB
     assert peaks[2] - max(peaks[1], peaks[3]) >= 250 * MB
     assert all(r >= p for r, p in zip(reserved, peaks, strict=True))
+
+
+@pytest.mark.parametrize("interval", [0, 0.1])
+def test_cpu_spent_between_the_fetch_and_the_forward_is_the_steps(interval):
+    """A step begins at its batch's fetch, and so does its CPU time: a loop that spins
+    30 ms of CPU before each forward has steps of at least 30 ms of CPU, whether every
+    step is measured or one an interval (the first step of each epoch included)."""
+    ci.profile(output="none", frameworks=["torch"], config={"step_resources_interval": interval})
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(48, 8), torch.randn(48, 1))
+    for _epoch in range(2):
+        for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+            spin(0.03)  # the user's own work on the batch, before the model sees it
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    ci.shutdown()
+    steps = steps_of(ci.trace(format="dict"))
+    measured = [s for s in steps if "cpu_ns" in s["attributes"]]
+    assert len(steps) == 12 and steps[0] in measured and len(measured) >= 3
+    assert interval or len(measured) == 12  # the first step of the second epoch too
+    for step in measured:
+        assert 30e6 <= step["attributes"]["cpu_ns"] <= step["duration_ns"] * 1.05, step
+
+
+def test_ci_batches_count_the_cpu_of_their_fetch():
+    """A ``ci.batches`` batch begins before its fetch: a loader whose items cost 20 ms of CPU
+    each makes batches of at least 20 ms of CPU."""
+
+    def costly_items():
+        for i in range(4):
+            spin(0.02)
+            yield i
+
+    ci.profile(output="none", frameworks=[], config={"step_resources_interval": 0.1})
+    for _ in ci.batches(costly_items()):
+        pass
+    ci.shutdown()
+    batches = steps_of(ci.trace(format="dict"))
+    measured = [b for b in batches if "cpu_ns" in b["attributes"]]
+    assert len(batches) == 4 and batches[0] in measured
+    assert all(b["attributes"]["cpu_ns"] >= 20e6 for b in measured), measured

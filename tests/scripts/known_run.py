@@ -29,6 +29,9 @@ parser.add_argument("--pause-s", type=float, default=0.0, help="a stall between 
 parser.add_argument("--mark", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
 parser.add_argument("--leak-mb", type=int, default=0, help="host memory kept at each epoch")
 parser.add_argument("--batches", action="store_true", help="the loader wrapped in ci.batches")
+parser.add_argument("--sleep-ms", type=float, default=0.0, help="time.sleep in each step")
+parser.add_argument("--pin", action="store_true", help="the loop runs on one core only")
+parser.add_argument("--hogs", type=int, default=0, help="CPU hogs pinned to the loop's core")
 parser.add_argument(
     "--known-clock", action="store_true",
     help="the wall clock moves only by the declared work: step times that load cannot change",
@@ -36,6 +39,10 @@ parser.add_argument(
 arguments = parser.parse_args()
 if arguments.known_clock:
     known_clock.install()  # before cirron and OpenTelemetry bind time.time_ns
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -83,6 +90,19 @@ def busy(milliseconds: float) -> None:
         known_clock.advance(milliseconds)
 
 
+def start_hogs() -> list[subprocess.Popen[bytes]]:
+    """--pin: this process on one core; --hogs N: N processes that spin on that core too."""
+    if not (arguments.pin or arguments.hogs):
+        return []
+    core = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    spin = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True:\n    pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(arguments.hogs)]
+    time.sleep(0.2 if hogs else 0)  # (they are spinning before the first step)
+    return hogs
+
+
+hogs = start_hogs()
 model = Model()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
@@ -107,6 +127,8 @@ for epoch in range(arguments.epochs):
         if step == arguments.raise_before:
             raise RuntimeError(f"boom before step {step}")
         busy(arguments.compute_ms + (60 if step in arguments.slow_at else 0))
+        if arguments.sleep_ms:
+            pause(arguments.sleep_ms)
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         if arguments.flat_loss:
@@ -123,4 +145,6 @@ for epoch in range(arguments.epochs):
             ci.mark(name, float(value))
         model.step += 1
 total = time.perf_counter() - began
+for hog in hogs:
+    hog.kill()
 print(json.dumps({"wait_share": waited / total}))

@@ -96,6 +96,8 @@ class TensorFlowLoop:
         step = training.step_of(OWNER)
         if step is not None and step.complete:
             training.end_step(OWNER, end_ns=now)
+        elif step is None:  # the step this batch feeds is measured from its fetch
+            training.fetch_begins_between_steps(now)
         if self.evaluation_pass is not None and self.evaluation_pass is not source:
             self.evaluation_pass = None
             training.end_evaluation(OWNER, end_ns=now)

@@ -162,6 +162,8 @@ class TorchLoop:
         step = (recorder.current or recorder.active()).training.step  # no call: every batch
         if step is not None and step.owner is TORCH and step.complete:
             training.end_step(TORCH, end_ns=now)
+        elif step is None:  # (an epoch's first batch, or an evaluation's: no call at most)
+            training.fetch_begins_between_steps(now)
         if self.evaluation_pass is not None and self.evaluation_pass is not loader_pass:
             self.evaluation_pass = None
             training.end_evaluation(TORCH, end_ns=now)

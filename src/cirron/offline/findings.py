@@ -16,6 +16,9 @@ it is about, and proposes one concrete action. Every figure is read from the run
 - **gaps**: long gaps between steps, and what ran in them (evaluation, checkpoints, nothing);
 - **memory creep**: host memory, or the device memory's step peak, growing from epoch to
   epoch (:mod:`cirron.offline.resource_findings`);
+- **CPU competition**: the training thread waiting for a CPU that another process or thread
+  held (its run delay) for much of its steps' time: the machine, not the model, was slow
+  (:mod:`cirron.offline.resource_findings`);
 - **ranks**: the rank the others wait for, and ranks that recorded fewer steps
   (:mod:`cirron.offline.rank_findings`);
 - **snapshots**: the first snapshot with NaN or Inf values.
@@ -52,6 +55,7 @@ def diagnose(run: Run) -> list[Finding]:
         findings += _loss_trend(who, timeline)
         findings += step_findings.gaps(who, timeline)
         findings += resource_findings.memory_creep(who, timeline)
+        findings += resource_findings.cpu_competition(who, timeline)
     findings += rank_findings.rank_findings(run)
     findings += _snapshots(timelines)
     if not any(timeline.steps for _process, timeline in timelines):

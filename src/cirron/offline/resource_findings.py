@@ -1,5 +1,6 @@
 """The findings about what a process's steps cost the machine: memory that creeps up from
-epoch to epoch, on the host or on the device (see :mod:`cirron.offline.findings`).
+epoch to epoch, on the host or on the device, and a training thread that other work kept off
+the CPU (see :mod:`cirron.offline.findings`).
 
 Each step carries the process's resident memory at its end (``process.memory.usage``) and,
 on CUDA, the allocator's peak during the step (``cuda.memory.peak_allocated``). Memory
@@ -7,6 +8,14 @@ on CUDA, the allocator's peak during the step (``cuda.memory.peak_allocated``). 
 step peak (the device's), grows from epoch to epoch: most epochs higher than the last, by
 at least :data:`CREEP_MIN_BYTES` and :data:`CREEP_MIN_SHARE` of where it began. A run of
 fewer than :data:`MIN_EPOCHS` epochs is cut into that many equal runs of steps instead.
+
+The training thread was *competed for* when, over its measured steps, it waited for a CPU
+(``cpu_wait_ns``: the kernel's run delay, time it was ready to run while another thread or
+process held the CPU) :data:`COMPETED_SHARE` of their wall time or more. A thread that
+sleeps, waits for data, for the device, for I/O or for a lock is not running and not ready
+to: its CPU share is low but its run delay is not, so none of these is called competition.
+Where the kernel gives no run delay (not Linux, or no scheduler statistics), the steps do
+not carry it and the finding is not made: a low CPU share alone cannot tell the two apart.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..otel import semconv
-from .finding import WARNING, Finding
+from .finding import WARNING, Finding, ms
 from .steps import Step, Timeline, span_id
 
 MIN_EPOCHS = 4  # windows a creep is judged over (epochs, or equal runs of steps)
@@ -23,11 +32,19 @@ MIN_STEPS = 20  # steps a run without enough epochs needs to be judged at all
 CREEP_MIN_BYTES = 32 << 20  # growth from the first window to the last: at least this ...
 CREEP_MIN_SHARE = 0.05  # ... and this share of the first
 RISING_SHARE = 0.7  # of the windows after the first, this share or more higher than before
+COMPETED_SHARE = 0.3  # the thread waited for a CPU this share of its steps' time or more
+MIN_MEASURED = 5  # steps that carry their CPU figures (on a cadence) a verdict needs
 
 HOST_ACTION = (
     "something is kept from step to step: a loss or output stored as a tensor (append "
     "`loss.item()` instead), a cache or a history that only grows; `tracemalloc` or memray "
     "shows what allocates it"
+)
+COMPETED_ACTION = (
+    "the machine, not the model: see what else runs on it (`top -H`, or `ps -eLo "
+    "pid,tid,psr,pcpu,comm --sort=-pcpu`), then give the run its cores (stop or move the "
+    "other jobs, `taskset`), and keep torch.set_num_threads / OMP_NUM_THREADS and the "
+    "DataLoader's num_workers within the cores the run has"
 )
 DEVICE_ACTION = (
     "tensors stay alive on the device across steps: a loss kept with its graph, outputs "
@@ -133,3 +150,42 @@ def _finding(who: str, what: str, found: dict[str, Any], action: str) -> Finding
         {key: found[key] for key in ("windows", "bytes", "rate_bytes", "growth_bytes")},
         found["span_ids"][-1:],
     )
+
+
+def cpu_competition(who: str, timeline: Timeline) -> list[Finding]:
+    """The training thread waited for a CPU others held for much of its steps' time."""
+    measured = [
+        step
+        for step in timeline.steps
+        if step.wall_ns
+        and _bytes(step, semconv.CPU_NS) is not None
+        and _bytes(step, semconv.CPU_WAIT_NS) is not None
+    ]
+    if len(measured) < MIN_MEASURED:
+        return []
+    wall = sum(step.wall_ns for step in measured)
+    waited = sum(_bytes(step, semconv.CPU_WAIT_NS) or 0 for step in measured)
+    if waited < COMPETED_SHARE * wall:
+        return []
+    ran = sum(_bytes(step, semconv.CPU_NS) or 0 for step in measured)
+    median = sorted(step.wall_ns for step in measured)[len(measured) // 2]
+    return [
+        Finding(
+            WARNING,
+            f"{who}the training thread ran on the CPU {ran / wall:.0%} of its step time and "
+            f"waited {waited / wall:.0%} of it for a CPU: another process or thread competed "
+            f"for the CPU ({len(measured)} measured steps of {len(timeline.steps)}, median "
+            f"step {ms(median)}).",
+            COMPETED_ACTION,
+            "cpu",
+            {
+                "cpu_share": ran / wall,
+                "wait_share": waited / wall,
+                "cpu_ns": ran,
+                "cpu_wait_ns": waited,
+                "wall_ns": wall,
+                "measured_steps": len(measured),
+            },
+            [span_id(max(measured, key=lambda s: _bytes(s, semconv.CPU_WAIT_NS) or 0).span)],
+        )
+    ]

@@ -66,6 +66,9 @@ GPU_NS = "gpu_ns"  # device time of a call on CUDA
 
 # What a step cost the machine (cirron.training.resources).
 CPU_NS = "cpu_ns"  # CPU time of the training thread during the step
+# Time the training thread was ready to run but waited for a CPU another thread or process
+# held (Linux: the run delay in /proc/thread-self/schedstat); sleeping and I/O are not in it.
+CPU_WAIT_NS = "cpu_wait_ns"
 # The process's resident memory at the step's end, in bytes: OpenTelemetry's metric name.
 PROCESS_MEMORY_USAGE = "process.memory.usage"
 # The CUDA caching allocator's peaks during the step, in bytes (torch: max_memory_allocated

@@ -65,7 +65,7 @@ class Moment:
         self.boundary_done = False  # an epoch whose boundary (snapshots) already ran
         self.encloses = False  # its parent is in `enclosing` on its account
         self.batches = 0  # an evaluation pass's batches so far
-        self.cpu: tuple[int, int] | None = None  # a step's (thread, CPU clock) when it began
+        self.cpu: tuple[int, int, int] | None = None  # (thread, CPU clock, CPU wait) at its start
 
 
 @dataclass(slots=True)
@@ -107,10 +107,14 @@ class TrainingState:
     # When the last step ended: the next one never begins before (steps never overlap).
     last_step_end_ns: int = 0
     last_epoch_end_ns: int = 0
-    # (thread, its CPU clock) where the last step ended: the next one begins there.
-    boundary: tuple[int, int] | None = None
+    # (thread, its CPU clock, its CPU wait) where the next step is measured from when it begins at
+    # boundary_ns: where the last step ended, or a fetch began with no step open (a step's
+    # CPU time covers its span, its batch's fetch included). None: that step is not measured.
+    boundary: tuple[int, int, int] | None = None
+    boundary_ns: int = 0
     # Steps that carry their CPU time and memory (cirron.training.resources): one when this
-    # long has passed since the last such step began (the setting, in ns), and when that was.
+    # long has passed since the last such step began (the setting, in ns), and when that was
+    # (time.time_ns, as the steps' beginnings).
     measure_every_ns: int = 100_000_000
     measured_ns: int = 0
     # Owners whose own work is running now (a Keras fit(), a Keras layer's call): while

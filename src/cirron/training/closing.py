@@ -59,22 +59,28 @@ def close_step(
     if step.encloses:
         release_parent(current, step.parent)
     span = step.opened[0]
+    now = _time_ns()
     if span.is_recording():
         if not step.complete and span.name == semconv.STEP:
             span.set_attribute(semconv.PARTIAL, True)  # it ends before its optimizer moment
-        # (not measured: nothing to read, and no call, at most steps)
+        # (not measured, nor the next one: nothing to read, and no call, at most steps)
         cpu = step.cpu
-        current.boundary = resources.step_ends(span, cpu, current) if cpu is not None else None
+        if cpu is not None:
+            current.boundary = resources.step_ends(span, cpu, current)
+        elif not 0 <= now - current.measured_ns < current.measure_every_ns:  # (wall clock)
+            current.boundary = resources.mark()  # the next step is measured, from here
+        else:
+            current.boundary = None
     else:
         current.boundary = None
-    now = _time_ns()  # _clamped_end, inline: once a step
+    # _clamped_end, inline: once a step
     if end_ns is None or end_ns > now:
         end_ns = now
     else:
         started = getattr(span, "start_time", None)  # (none: a span a sampler dropped)
         if started is not None and end_ns < started:
             end_ns = started
-    current.last_step_end_ns = end_ns
+    current.last_step_end_ns = current.boundary_ns = end_ns
     close_span(step.opened, error, end_ns)
 
 

@@ -143,8 +143,12 @@ class _Batches(_Loop[T]):
                 pass
         if not rec.enabled:
             return next(iterator)
-        item = next(iterator)  # StopIteration and errors propagate unchanged
         state = rec.training
+        if boundary is not None:  # measured from where the batch begins: its fetch included
+            state.measured_ns = started
+        else:
+            boundary = resources.cpu_mark(state)
+        item = next(iterator)  # StopIteration and errors propagate unchanged
         if self._timed:
             fetched = _time_ns()
             epoch = state.epoch  # the torch hooks may have opened it inside the fetch
@@ -164,7 +168,7 @@ class _Batches(_Loop[T]):
             moment = self._moment = Moment(USER, opened, 0, None)
         else:
             moment.opened = opened
-        moment.cpu = boundary or resources.cpu_mark(state)
+        moment.cpu = boundary
         state.step = self._open = moment
         self._index += 1
         return item

@@ -187,7 +187,12 @@ def begin_step(
                 above = parent or rec.session or ROOT
         opened = open_on(rec, name, {semconv.INDEX: index}, start_ns, above)
         step = current.step = Moment(who, opened, index, parent)
-        step.cpu = (current.boundary if continued else None) or resources.cpu_mark(current)
+        if continued or start_ns == current.boundary_ns:  # where the last step ended (or a
+            step.cpu = current.boundary  # fetch began with no step open): measured from there
+            if step.cpu is not None:
+                current.measured_ns = current.boundary_ns
+        else:
+            step.cpu = resources.cpu_mark(current)
         if epoch is not None:
             epoch.steps += 1
         if rec.settings.step_sampling is not None:
@@ -198,6 +203,14 @@ def begin_step(
         if fetches:
             record_fetches(fetches, step.opened[0])
         return True
+
+
+def fetch_begins_between_steps(now: int) -> None:
+    """A batch fetch begins at ``now`` with no step open (an epoch's first): the step it
+    feeds, if it is to be measured, is measured from here, as its span begins here."""
+    current = (recorder.current or recorder.active()).training
+    if not 0 <= now - current.measured_ns < current.measure_every_ns:
+        current.boundary, current.boundary_ns = resources.mark(), now
 
 
 def _sample(

@@ -1,11 +1,17 @@
-"""What a step cost the machine, on its span: the training thread's CPU time, the process's
-memory, and (a probe a framework registers) the device memory it peaked at.
+"""What a step cost the machine, on its span: the training thread's CPU time and its wait for
+a CPU that others held (Linux), the process's memory, and (a probe a framework registers)
+the device memory it peaked at.
 
 Read at the step boundaries only, on the training thread, and cheaply (about 2 us a
 step): one ``time.thread_time_ns()`` at each boundary (the step that ends and the one
 that begins share it) and one read of ``/proc/self/statm`` from a file kept open
 (Linux; elsewhere ``getrusage``'s peak, which is what that platform offers at this
-price). A step that ends on another thread than the one it began on (the process is
+price); on Linux, one read of the thread's ``/proc/thread-self/schedstat``, whose run
+delay says how long it was ready to run but another thread or process held the CPU. A
+step's CPU time covers its span: from where it begins, its batch's fetch (the
+previous step ends there, or :func:`cirron.training.fetch_begins_between_steps` marks the
+fetch of an epoch's first step), so the user's work on the batch before the forward is
+its own. A step that ends on another thread than the one it began on (the process is
 ending) has no CPU time: a thread's clock says nothing of another's.
 
 Device probes (:func:`add_device_probe`) are the frameworks' own: the torch hooks
@@ -28,10 +34,12 @@ from ..recording.guard import call_guarded
 from ..recording.training_state import TrainingState
 
 _thread_time_ns = time.thread_time_ns
-_monotonic_ns = time.monotonic_ns
+_time_ns = time.time_ns  # (the steps' own clock: a mark is compared with their beginnings)
 _get_ident = threading.get_ident
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _STATM_BYTES = 64  # the first two of /proc/self/statm's numbers (size, resident) fit
+# Where a measured step begins or ends: (thread, its CPU clock, its wait for a CPU; -1: unknown).
+Mark = tuple[int, int, int]
 # A device probe: the figures of the step that ends (attribute -> value), its counters reset.
 DeviceProbe = Callable[[], dict[str, int]]
 _probes: list[tuple[DeviceProbe, Callable[[], None] | None]] = []  # (read, reset)
@@ -112,37 +120,87 @@ def _peak_rss() -> int | None:
 memory = _Memory()
 
 
-def cpu_mark(state: TrainingState) -> tuple[int, int] | None:
-    """Where a step begins on this thread: (thread, its CPU clock) when the step is to be
-    measured, else None.
+class _RunDelay:
+    """How long this thread has been ready to run but waited for a CPU (ns): the second
+    figure of ``/proc/thread-self/schedstat`` (Linux), from a file kept open for the thread
+    that opened it (the file is that thread's, whichever thread reads it). -1 where the
+    kernel does not say. Sleeping, I/O and waiting on a lock are not in it: it tells a
+    thread that was preempted from one that waited."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._owner = (0, 0)  # (process, thread) the file is of
+        self._read: Callable[[int], bytes] = _os_read
+
+    def ns(self) -> int:
+        owner = (os.getpid(), _get_ident())
+        if owner != self._owner:  # first use, another thread, or a forked child
+            self._open(owner)
+        if self._fd is None:
+            return -1
+        try:
+            return int(self._read(self._fd).split()[1])
+        except (OSError, ValueError, IndexError):
+            self._fd = None
+            return -1
+
+    def _open(self, owner: tuple[int, int]) -> None:
+        if self._fd is not None:  # another thread's (or, forked, the parent's thread's)
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self._owner, self._fd = owner, None
+        try:
+            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        except (OSError, AttributeError):  # not Linux, or no scheduler statistics
+            return
+        self._read = _held_read() or _os_read
+
+
+run_delay = _RunDelay()
+
+
+def cpu_mark(state: TrainingState) -> Mark | None:
+    """Where a step that begins now begins on this thread: (thread, its CPU clock) when the
+    step is to be measured, else None.
 
     A step is measured when ``state.measure_every_ns`` have passed since the last measured
-    step began (the ``step_resources_interval`` setting; 0: every step). Each reading is a system call that costs microseconds in a step's
-    context (the thread's CPU clock about 5 us, ``/proc/self/statm`` up to 20 us on a VM),
-    a few percent of a 2 ms step if taken at every one: so a run of short steps carries the
-    figures on one step every interval, each exact for its step, and a step as long as the
-    interval or longer carries them always."""
-    now = _monotonic_ns()
-    if state.measured_ns and now - state.measured_ns < state.measure_every_ns:
+    step began (the ``step_resources_interval`` setting; 0: every step). Each reading is a
+    system call that costs microseconds in a step's context (the thread's CPU clock about
+    5 us, ``/proc/self/statm`` up to 20 us on a VM), a few percent of a 2 ms step if taken
+    at every one: so a run of short steps carries the figures on one step every interval,
+    each exact for its step, and a step as long as the interval or longer carries them
+    always."""
+    now = _time_ns()
+    # (The wall clock, as the steps' beginnings: one set back measures the next step.)
+    if state.measured_ns and 0 <= now - state.measured_ns < state.measure_every_ns:
         return None
     state.measured_ns = now
+    return mark()
+
+
+def mark() -> Mark:
+    """(this thread, its CPU clock, its wait for a CPU so far) where a measured step begins;
+    its device peaks start here."""
     for _, reset in _probes:
         if reset is not None:
             call_guarded("resetting a device's memory peaks at a step", reset)
-    return _get_ident(), _thread_time_ns()
+    return _get_ident(), _thread_time_ns(), run_delay.ns()
 
 
-def step_ends(
-    span: Span, began: tuple[int, int] | None, state: TrainingState
-) -> tuple[int, int] | None:
+def step_ends(span: Span, began: Mark | None, state: TrainingState) -> Mark | None:
     """Put a measured step's figures on ``span`` (it is about to end; ``began``: its
     :func:`cpu_mark`, None when it is not measured). Returns the CPU mark the next step of
-    this thread begins at, when that one is to be measured too (the readings are shared)."""
+    this thread begins at, when that one is to be measured too (the readings are shared):
+    whoever begins that step there sets ``state.measured_ns`` to its beginning."""
     if began is None:
         return None
-    mark = (_get_ident(), _thread_time_ns())
-    if began[0] == mark[0]:
-        span.set_attribute(semconv.CPU_NS, mark[1] - began[1])
+    ended = (_get_ident(), _thread_time_ns(), run_delay.ns())
+    if began[0] == ended[0]:
+        span.set_attribute(semconv.CPU_NS, ended[1] - began[1])
+        if began[2] >= 0 and ended[2] >= 0:
+            span.set_attribute(semconv.CPU_WAIT_NS, ended[2] - began[2])
     rss = memory.rss_bytes()
     if rss is not None:
         span.set_attribute(semconv.PROCESS_MEMORY_USAGE, rss)
@@ -153,11 +211,9 @@ def step_ends(
             break
         for name, value in figures.items():
             span.set_attribute(name, value)
-    now = _monotonic_ns()
-    if now - state.measured_ns < state.measure_every_ns:
+    if 0 <= _time_ns() - state.measured_ns < state.measure_every_ns:
         return None
-    state.measured_ns = now  # the next step is measured, from these readings
-    return mark
+    return ended
 
 
 def add_device_probe(probe: DeviceProbe, reset: Callable[[], None] | None = None) -> None:
