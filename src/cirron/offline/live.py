@@ -56,6 +56,12 @@ class Followed:
     recent_rows: int = 0
     rows_seen: list[int] = field(default_factory=lambda: [0, 0])  # step rows, batch rows
     marks: dict[str, collections.deque[float]] = field(default_factory=dict)
+    plan: dict[str, int] = field(default_factory=dict)  # its length, as its newest line says
+    epoch: int | None = None  # the index of its newest epoch, as its newest line says
+    # Each kind's (step, batch) rows in the epoch being read: [its id, rows so far], and the
+    # most rows a whole epoch had (the steps an epoch makes, where the plan does not say).
+    epoch_rows: list[list[Any]] = field(default_factory=lambda: [[None, 0], [None, 0]])
+    whole_epoch_rows: list[int] = field(default_factory=lambda: [0, 0])
     last: dict[str, Any] = field(default_factory=dict)  # each numeric attribute's last value
     # Its steps hold collectives: the ranks' figures need the spans (a collective's wait is
     # told from the work by its place in the backward), read from the window's files once.
@@ -78,6 +84,13 @@ class Followed:
         self.errors += line["errors"]
         if semconv.COLLECTIVE in (line.get("names") or {}):
             self.needs_spans = True
+        if isinstance(line.get("plan"), dict):
+            self.plan = {k: v for k, v in line["plan"].items() if _is_number(v) and v > 0}
+        if type(line.get("epoch")) is int:
+            self.epoch = line["epoch"]
+        for name in line.get("frameworks") or ():  # the open session's, while it runs
+            if isinstance(name, str) and name not in self.frameworks:
+                self.frameworks.append(name)
         for session in line["sessions"]:
             self.ended = True
             for name in session.get("frameworks") or ():
@@ -88,9 +101,10 @@ class Followed:
     def add_rows(self, rows: dict[str, Any]) -> None:
         """A flush's step rows: kept while they hold the last :data:`WINDOW` steps."""
         count = len(rows["rows"]["id"])
-        for kind in rows["rows"]["kind"]:
+        for kind, parent in zip(rows["rows"]["kind"], rows["rows"]["parent"], strict=False):
             if kind in (0, 1):
                 self.rows_seen[kind] += 1
+                self._count_epoch(kind, parent)
         self.recent.append(rows)
         self.recent_rows += count
         while len(self.recent) > 1 and self.recent_rows - len(self.recent[0]["rows"]["id"]) >= (
@@ -105,6 +119,24 @@ class Followed:
         for key, values in table.attributes.items():
             if values:
                 self.last[key] = values[max(values)]
+
+    def _count_epoch(self, kind: int, parent: Any) -> None:
+        """A row of ``kind`` whose parent (its epoch, where there are epochs) is ``parent``:
+        a new parent ends the epoch before it, whose rows are its steps."""
+        held = self.epoch_rows[kind]
+        if held[0] != parent:
+            if held[0] is not None:
+                self.whole_epoch_rows[kind] = max(self.whole_epoch_rows[kind], held[1])
+            held[0], held[1] = parent, 0
+        held[1] += 1
+
+    @property
+    def epoch_steps(self) -> int | None:
+        """The steps an epoch makes: as the plan says (Keras), else the most a whole epoch
+        of this process had; None before one ended."""
+        if self.plan.get("epoch_steps"):
+            return self.plan["epoch_steps"]
+        return self.whole_epoch_rows[0 if self.steps else 1] or None
 
     def window(self) -> StepTable:
         """The recent steps' rows, as a table (built anew: a few flushes' worth)."""
