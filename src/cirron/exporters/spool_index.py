@@ -67,17 +67,21 @@ def summarize(
         if entry is None:
             entry = by_resource[id(resource)] = (resource, [])
         entry[1].append(span)
-    lines = []
-    for resource, mine in by_resource.values():
-        line = _line(name, resource, mine)
-        ours = [s for s in open_spans if s._resource is resource or s._resource == resource]
-        line.update(_so_far(mine, ours))
-        lines.append(line)
-    return lines
+    return [
+        _line(name, resource, mine, [s for s in open_spans if _same(s._resource, resource)])
+        for resource, mine in by_resource.values()
+    ]
 
 
-def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
+def _same(resource: Any, other: Any) -> bool:
+    return resource is other or resource == other
+
+
+def _line(
+    name: str, resource: Any, spans: Sequence[Any], open_spans: Sequence[Any]
+) -> dict[str, Any]:
     names: dict[str, int] = {}
+    newest: dict[str, Any] = {}  # the last train, epoch and session to end in the file
     errors = 0
     start = end = None
     first: Any = None
@@ -95,6 +99,8 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
             ended = began
         if end is None or ended > end:
             end = ended
+        if span_name in _RUN_NAMES:
+            newest[span_name] = span
         if span_name == semconv.SESSION:
             sessions.append(
                 {
@@ -107,7 +113,7 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
                     "failed": span._status.status_code is StatusCode.ERROR,
                 }
             )
-    return {
+    line = {
         "v": VERSION,
         "file": name,
         "spans": len(spans),
@@ -121,8 +127,13 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
         "names": names,
         "resource": {key: _plain(value) for key, value in resource.attributes.items()},
     }
+    for span in open_spans:  # an open span is newer than the file's (which ended before it)
+        if span._name in _RUN_NAMES:
+            newest[span._name] = span
+    return line | _so_far(newest)
 
 
+_RUN_NAMES = (semconv.TRAIN, semconv.EPOCH, semconv.SESSION)  # (in _so_far's order)
 # The run's length, from its `train` span's attributes: the key in the line, the attributes
 # that may say it (the first one there and positive wins).
 _PLAN = {
@@ -132,19 +143,11 @@ _PLAN = {
 }
 
 
-def _so_far(spans: Sequence[Any], open_spans: Sequence[Any]) -> dict[str, Any]:
-    """What the newest ``train``, epoch and session say of the run: its plan, its epoch
-    and its frameworks: an open span is newer than the file's (which ended before it)."""
-    train = epoch = session = None
-    for span in (*spans, *open_spans):  # the last one of each name is the newest
-        span_name = span._name
-        if span_name == semconv.TRAIN:
-            train = span
-        elif span_name == semconv.EPOCH:
-            epoch = span
-        elif span_name == semconv.SESSION:
-            session = span
+def _so_far(newest: dict[str, Any]) -> dict[str, Any]:
+    """What the newest ``train``, epoch and session say of the run: its plan, the epoch's
+    index and, while the session is open, its frameworks."""
     found: dict[str, Any] = {}
+    train, epoch, session = (newest.get(name) for name in _RUN_NAMES)
     if train is not None:
         plan = _plan(train.attributes or {})
         if plan:
@@ -298,7 +301,8 @@ _FIELDS = {
 
 
 def well_formed(line: Any) -> bool:
-    """Whether ``line`` (a JSON value) is an index line of this version, every field there."""
+    """Whether ``line`` (a JSON value) is an index line of this version, every field there
+    (``plan``, ``epoch`` and ``frameworks`` are not always: a reader checks them itself)."""
     return (
         isinstance(line, dict)
         and line.get("v") == VERSION
