@@ -52,6 +52,7 @@ _log = logging.getLogger("cirron")
 FOLDER = "index"
 VERSION = 1
 STEPS_SUFFIX = ".steps.jsonl.gz"  # beside <pid>.jsonl: the rows of its steps (step_rows)
+EPOCH_STEPS = "epoch_steps"  # a line's plan: the steps an epoch makes, where known
 
 
 def summarize(
@@ -137,9 +138,9 @@ _RUN_NAMES = (semconv.TRAIN, semconv.EPOCH, semconv.SESSION)  # (in _so_far's or
 # The run's length, from its `train` span's attributes: the key in the line, the attributes
 # that may say it (the first one there and positive wins).
 _PLAN = {
-    "max_steps": (semconv.MAX_STEPS,),  # HF, Lightning, trainloop: optimizer steps
-    "max_epochs": (semconv.MAX_EPOCHS, semconv.EPOCHS),  # Lightning's; Keras's `epochs`
-    "epoch_steps": (semconv.STEPS,),  # Keras: the batches an epoch makes
+    semconv.MAX_STEPS: (semconv.MAX_STEPS,),  # HF, Lightning, trainloop: optimizer steps
+    semconv.MAX_EPOCHS: (semconv.MAX_EPOCHS, semconv.EPOCHS),  # Lightning's; Keras's `epochs`
+    EPOCH_STEPS: (semconv.STEPS,),  # Keras: the batches an epoch makes
 }
 
 

@@ -134,8 +134,8 @@ class Followed:
     def epoch_steps(self) -> int | None:
         """The steps an epoch makes: as the plan says (Keras), else the most a whole epoch
         of this process had; None before one ended."""
-        if self.plan.get("epoch_steps"):
-            return self.plan["epoch_steps"]
+        if self.plan.get(spool_index.EPOCH_STEPS):
+            return self.plan[spool_index.EPOCH_STEPS]
         return self.whole_epoch_rows[0 if self.steps else 1] or None
 
     def window(self) -> StepTable:

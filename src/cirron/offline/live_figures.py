@@ -153,8 +153,8 @@ def _progress(found: Figures, run: LiveRun) -> None:
         return
     plan, per_epoch = process.plan, process.epoch_steps
     found.done = process.step_count
-    found.max_steps = plan.get("max_steps")
-    found.max_epochs = plan.get("max_epochs")
+    found.max_steps = plan.get(semconv.MAX_STEPS)
+    found.max_epochs = plan.get(semconv.MAX_EPOCHS)
     if found.max_epochs and process.epoch is not None:
         found.epoch = min(process.epoch + 1, found.max_epochs)
     bounds = [found.max_steps] if found.max_steps else []
