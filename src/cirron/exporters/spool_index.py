@@ -16,7 +16,8 @@ A line (JSON, keys in this order)::
      "sessions": [{"start": 1795..., "id": "<span id>", "trace": "<trace id>",
                    "frameworks": ["torch"], "failed": false}],
      "names": {"step": 1000, "forward": 1000, ...},
-     "resource": {"service.name": "train", "process.pid": 123, ...}}
+     "resource": {"service.name": "train", "process.pid": 123, ...},
+     "plan": {"max_steps": 1000}, "epoch": 3, "frameworks": ["torch", "transformers"]}
 
 While the run goes on, a line also says what the process's open spans say of it (the
 spool sink asks for them once a flush, :attr:`IndexWriter.open_spans`), each key only when
