@@ -8,8 +8,9 @@ or member still being written is read on the next call). Nothing here opens a sp
 and nothing reaches the training process: a watcher costs the run nothing.
 
 What is kept does not grow with the run: each process's totals, its recent step rows (the
-flushes holding the last :data:`WINDOW` steps), and the last :data:`HISTORY` values of each
-mark. :class:`Followed` is one process, :class:`LiveRun` the processes of one run.
+flushes holding the last :data:`WINDOW` steps), the last :data:`HISTORY` values of each
+mark, and what its newest line says of the run so far (its plan, epoch and frameworks) with
+the steps its epochs made, for the time left. :class:`Followed` is one process, :class:`LiveRun` the processes of one run.
 """
 
 from __future__ import annotations
