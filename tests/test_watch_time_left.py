@@ -132,3 +132,16 @@ def test_open_spans_that_cannot_be_read_cost_the_index_its_plan_only(tmp_path):
     assert "INDEX ERRORS 1" in result.stdout
     shown = cirron("runs", cwd=tmp_path)
     assert shown.returncode == 0 and " 10  ok" in shown.stdout, shown.stdout
+
+
+def test_a_run_resumed_from_a_checkpoint_counts_its_steps_from_the_checkpoints():
+    from cirron.offline.live import Followed, LiveRun
+    from cirron.offline.live_figures import Figures, _progress
+    from cirron.offline.live_view import heading
+
+    process = Followed(("7",), {"process.pid": 7}, "pid 7", None, "run-1", steps=100)
+    process.plan = {"max_steps": 1000}
+    process.last_step_index = 699  # HF's global step: 600 done before, 100 since the resume
+    figures = Figures("run-1", [], ["pid 7"], 10_000_000_000, 100, steps_per_s=10.0)
+    _progress(figures, LiveRun("run-1", [process]))
+    assert "time left ~30s (step 700 of 1,000)" in heading(figures)

@@ -27,7 +27,7 @@ from typing import Any
 from ..exporters import metrics_files, spool_index, spool_reader
 from ..otel import semconv
 from .runs import label_of, process_key, process_key_of
-from .step_table import StepTable
+from .step_table import STEP, StepTable
 from .step_table import _well_formed as _well_formed_rows  # (the one check of a flush's rows)
 
 WINDOW = 200  # the recent steps the figures are of
@@ -63,6 +63,7 @@ class Followed:
     # most rows a whole epoch had (the steps an epoch makes, where the plan does not say).
     epoch_rows: list[list[Any]] = field(default_factory=lambda: [[None, 0], [None, 0]])
     whole_epoch_rows: list[int] = field(default_factory=lambda: [0, 0])
+    last_step_index: int = -1  # the newest step's index: its framework's global step
     last: dict[str, Any] = field(default_factory=dict)  # each numeric attribute's last value
     # Its steps hold collectives: the ranks' figures need the spans (a collective's wait is
     # told from the work by its place in the backward), read from the window's files once.
@@ -120,6 +121,9 @@ class Followed:
         for key, values in table.attributes.items():
             if values:
                 self.last[key] = values[max(values)]
+        for row in range(len(table.index)):
+            if table.kind[row] == STEP and table.index[row] > self.last_step_index:
+                self.last_step_index = table.index[row]
 
     def _count_epoch(self, kind: int, parent: Any) -> None:
         """A row of ``kind`` whose parent (its epoch, where there are epochs) is ``parent``:

@@ -14,7 +14,8 @@ or Lightning's ``max_steps``, Lightning's ``max_epochs``, Keras's ``epochs``): t
 over the recent steps a second. The steps of a run planned in epochs are its epochs times
 the steps an epoch makes (Keras says it; else the most a whole epoch made so far, so a run
 planned in epochs has a time left from the end of its first epoch on). The steps done are
-those this run's process recorded (a run resumed from a checkpoint counts from there).
+the newest step's index (its framework's global step: a run resumed from a checkpoint counts
+the checkpoint's) where the plan is in steps, else those this run's process recorded.
 """
 
 from __future__ import annotations
@@ -154,6 +155,8 @@ def _progress(found: Figures, run: LiveRun) -> None:
     plan, per_epoch = process.plan, process.epoch_steps
     found.done = process.step_count
     found.max_steps = plan.get(semconv.MAX_STEPS)
+    if found.max_steps and process.steps:  # a step's index is its framework's global step
+        found.done = max(found.done, process.last_step_index + 1)  # (resumed: not from 0)
     found.max_epochs = plan.get(semconv.MAX_EPOCHS)
     if found.max_epochs and process.epoch is not None:
         found.epoch = min(process.epoch + 1, found.max_epochs)
