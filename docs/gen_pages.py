@@ -132,8 +132,8 @@ _MORE = {
     "of its epoch, with a span link to it",
     "EPOCHS": "epochs the run makes",
     "STEPS": "steps an epoch makes",
-    "MAX_EPOCHS": "Lightning's `max_epochs`",
-    "MAX_STEPS": "the run's `max_steps`",
+    "MAX_EPOCHS": "Lightning's `max_epochs` (-1: none)",
+    "MAX_STEPS": "the run's `max_steps` (HF, trainloop; Lightning's, -1: none)",
     "NUM_TRAIN_EPOCHS": "HF: the epochs the run makes (`max_steps` may make it differ from "
     "the argument)",
     "GRADIENT_ACCUMULATION_STEPS": "HF and trainloop: micro-batches per optimizer step",

@@ -101,6 +101,8 @@ NOT_NAMES = {
     ("cirron/exporters/spool_index.py", "index"): "the index's folder",
     ("cirron/exporters/spool_index.py", "steps"): "a field of the index's lines",
     ("cirron/exporters/spool_index.py", "batches"): "a field of the index's lines",
+    ("cirron/exporters/spool_index.py", "epoch"): "a field of the index's lines",
+    ("cirron/offline/live.py", "epoch"): "a field of the index's lines",
     ("cirron/offline/run_index.py", "steps"): "a field of the index's lines",
     ("cirron/offline/run_index.py", "batches"): "a field of the index's lines",
     ("cirron/exporters/step_rows.py", "index"): "a column of the step rows",

@@ -100,6 +100,9 @@ class Profiler:
         self.workers = exporters.sink_workers(
             sinks, settings.path, max(1, settings.buffer_size // 2), health
         )
+        index = getattr(sinks.get("spool"), "index_writer", None)
+        if index is not None:  # the run's plan, epoch and frameworks in each flush's line
+            index.open_spans = store.open_spans
         if settings.metrics:  # first among the sinks: it stops first, and closes beside them
             from .exporters.otlp_metrics import metrics_endpoint_configured
             from .metrics import session as metrics_session  # OpenTelemetry's metrics SDK

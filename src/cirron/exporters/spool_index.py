@@ -16,7 +16,16 @@ A line (JSON, keys in this order)::
      "sessions": [{"start": 1795..., "id": "<span id>", "trace": "<trace id>",
                    "frameworks": ["torch"], "failed": false}],
      "names": {"step": 1000, "forward": 1000, ...},
-     "resource": {"service.name": "train", "process.pid": 123, ...}}
+     "resource": {"service.name": "train", "process.pid": 123, ...},
+     "plan": {"max_steps": 1000}, "epoch": 3, "frameworks": ["torch", "transformers"]}
+
+While the run goes on, a line also says what the process's open spans say of it (the
+spool sink asks for them once a flush, :attr:`IndexWriter.open_spans`), each key only when
+known, so ``cirron watch`` can show a time left: ``"plan"``, the run's length from its
+newest ``train`` span (``max_steps``, ``max_epochs``, ``epoch_steps``), open or ended in
+this file; ``"epoch"``, the index of the newest epoch, open or ended in this file; and
+``"frameworks"``, the open session's (the ``sessions`` entry says them once it ends). A line
+without them (before they existed, or nothing known yet) reads as before.
 
 A session ``failed`` when it ended in an error (the process ended with it); a line
 written before that key existed has none, and its run is read as failed when any of its
@@ -30,7 +39,7 @@ import json
 import logging
 import os
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from opentelemetry.trace import StatusCode
@@ -44,11 +53,15 @@ _log = logging.getLogger("cirron")
 FOLDER = "index"
 VERSION = 1
 STEPS_SUFFIX = ".steps.jsonl.gz"  # beside <pid>.jsonl: the rows of its steps (step_rows)
+EPOCH_STEPS = "epoch_steps"  # a line's plan: the steps an epoch makes, where known
 
 
-def summarize(name: str, spans: Iterable[Any]) -> list[dict[str, Any]]:
+def summarize(
+    name: str, spans: Iterable[Any], open_spans: Sequence[Any] = ()
+) -> list[dict[str, Any]]:
     """The index lines of the spool file ``name`` holding ``spans`` (SDK spans, as written
-    or as read back): one per resource, in the order first seen."""
+    or as read back): one per resource, in the order first seen. ``open_spans``: the
+    process's spans not ended yet, oldest first, for what the run says of itself so far."""
     by_resource: dict[int, tuple[Any, list[Any]]] = {}
     for span in spans:
         resource = span._resource  # (SDK spans and cirron's keep it so)
@@ -56,11 +69,21 @@ def summarize(name: str, spans: Iterable[Any]) -> list[dict[str, Any]]:
         if entry is None:
             entry = by_resource[id(resource)] = (resource, [])
         entry[1].append(span)
-    return [_line(name, resource, mine) for resource, mine in by_resource.values()]
+    return [
+        _line(name, resource, mine, [s for s in open_spans if _same(s._resource, resource)])
+        for resource, mine in by_resource.values()
+    ]
 
 
-def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
+def _same(resource: Any, other: Any) -> bool:
+    return resource is other or resource == other
+
+
+def _line(
+    name: str, resource: Any, spans: Sequence[Any], open_spans: Sequence[Any]
+) -> dict[str, Any]:
     names: dict[str, int] = {}
+    newest: dict[str, Any] = {}  # the last train, epoch and session to end in the file
     errors = 0
     start = end = None
     first: Any = None
@@ -78,6 +101,8 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
             ended = began
         if end is None or ended > end:
             end = ended
+        if span_name in _RUN_NAMES:
+            newest[span_name] = span
         if span_name == semconv.SESSION:
             sessions.append(
                 {
@@ -90,7 +115,7 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
                     "failed": span._status.status_code is StatusCode.ERROR,
                 }
             )
-    return {
+    line = {
         "v": VERSION,
         "file": name,
         "spans": len(spans),
@@ -104,6 +129,50 @@ def _line(name: str, resource: Any, spans: Sequence[Any]) -> dict[str, Any]:
         "names": names,
         "resource": {key: _plain(value) for key, value in resource.attributes.items()},
     }
+    for span in open_spans:  # an open span is newer than the file's (which ended before it)
+        if span._name in _RUN_NAMES:
+            newest[span._name] = span
+    return line | _so_far(newest)
+
+
+_RUN_NAMES = (semconv.TRAIN, semconv.EPOCH, semconv.SESSION)  # (in _so_far's order)
+# The run's length, from its `train` span's attributes: the key in the line, the attributes
+# that may say it (the first one there and positive wins).
+_PLAN = {
+    semconv.MAX_STEPS: (semconv.MAX_STEPS,),  # HF, Lightning, trainloop: optimizer steps
+    semconv.MAX_EPOCHS: (semconv.MAX_EPOCHS, semconv.EPOCHS),  # Lightning's; Keras's `epochs`
+    EPOCH_STEPS: (semconv.STEPS,),  # Keras: the batches an epoch makes
+}
+
+
+def _so_far(newest: dict[str, Any]) -> dict[str, Any]:
+    """What the newest ``train``, epoch and session say of the run: its plan, the epoch's
+    index and, while the session is open, its frameworks."""
+    found: dict[str, Any] = {}
+    train, epoch, session = (newest.get(name) for name in _RUN_NAMES)
+    if train is not None:
+        plan = _plan(train.attributes or {})
+        if plan:
+            found["plan"] = plan
+    index = (epoch.attributes or {}).get(semconv.INDEX) if epoch is not None else None
+    if type(index) is int:
+        found["epoch"] = index
+    if session is not None and session._end_time is None:
+        frameworks = (session.attributes or {}).get(semconv.FRAMEWORK)
+        if frameworks:
+            found["frameworks"] = [str(name) for name in frameworks]
+    return found
+
+
+def _plan(attributes: Any) -> dict[str, int]:
+    plan = {}
+    for key, names in _PLAN.items():
+        for name in names:
+            value = attributes.get(name)
+            if type(value) is int and value > 0:
+                plan[key] = value
+                break
+    return plan
 
 
 def _plain(value: Any) -> Any:
@@ -119,6 +188,9 @@ class IndexWriter:
         self.failed = False  # said once; the spool goes on without its index
         self.errors = 0  # (ci.health()["spool_index_errors"])
         self._steps = StepFold()
+        # The process's open spans, oldest first (the profiler hands its store's): what the
+        # run says of itself while it goes on. Asked once a flush; None: the ended spans only.
+        self.open_spans: Callable[[], Sequence[Any]] | None = None
 
     def append(self, file: str, spans: Sequence[Any]) -> None:
         if self.failed:
@@ -133,7 +205,8 @@ class IndexWriter:
                 name = os.path.join(self.directory, f"{os.getpid()}{STEPS_SUFFIX}")
                 _append(name, member.compress(data) + member.flush())
             # The file's line last: a line says its rows, if any, are all written.
-            text = "".join(_json(line) + "\n" for line in summarize(base, spans))
+            lines = summarize(base, spans, self._open_spans())
+            text = "".join(_json(line) + "\n" for line in lines)
             _append(os.path.join(self.directory, f"{os.getpid()}.jsonl"), text.encode())
         except Exception as error:  # the spans are on disk; only the index is behind
             self.failed = True
@@ -144,6 +217,24 @@ class IndexWriter:
                 self.directory,
                 error,
             )
+
+    def _open_spans(self) -> Sequence[Any]:
+        """The open spans, or none when there is no source or it failed: a failure is said
+        once and counted, and the index goes on without what they say."""
+        source = self.open_spans
+        if source is None:
+            return ()
+        try:
+            return source()
+        except Exception as error:
+            self.open_spans = None
+            self.errors += 1
+            _log.warning(
+                "cirron: cannot read the open spans for the spool's index (%s); the index "
+                "goes on without the run's plan",
+                error,
+            )
+            return ()
 
 
 def _json(value: Any) -> str:
@@ -212,7 +303,8 @@ _FIELDS = {
 
 
 def well_formed(line: Any) -> bool:
-    """Whether ``line`` (a JSON value) is an index line of this version, every field there."""
+    """Whether ``line`` (a JSON value) is an index line of this version, every field there
+    (``plan``, ``epoch`` and ``frameworks`` are not always: a reader checks them itself)."""
     return (
         isinstance(line, dict)
         and line.get("v") == VERSION

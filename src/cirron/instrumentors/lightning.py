@@ -69,6 +69,7 @@ def _fit_start(run: LightningRun, trainer: Any, module: Any) -> None:
     run.describe(
         {
             semconv.MAX_EPOCHS: int(trainer.max_epochs or -1),
+            semconv.MAX_STEPS: int(trainer.max_steps),  # -1: none
             semconv.ACCUMULATE_GRAD_BATCHES: int(trainer.accumulate_grad_batches),
         }
     )

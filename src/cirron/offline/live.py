@@ -8,8 +8,9 @@ or member still being written is read on the next call). Nothing here opens a sp
 and nothing reaches the training process: a watcher costs the run nothing.
 
 What is kept does not grow with the run: each process's totals, its recent step rows (the
-flushes holding the last :data:`WINDOW` steps), and the last :data:`HISTORY` values of each
-mark. :class:`Followed` is one process, :class:`LiveRun` the processes of one run.
+flushes holding the last :data:`WINDOW` steps), the last :data:`HISTORY` values of each
+mark, and what its newest line says of the run so far (its plan, epoch and frameworks) with
+the steps its epochs made, for the time left. :class:`Followed` is one process, :class:`LiveRun` the processes of one run.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from ..exporters import metrics_files, spool_index, spool_reader
 from ..otel import semconv
 from .runs import label_of, process_key, process_key_of
-from .step_table import StepTable
+from .step_table import STEP, StepTable
 from .step_table import _well_formed as _well_formed_rows  # (the one check of a flush's rows)
 
 WINDOW = 200  # the recent steps the figures are of
@@ -56,6 +57,13 @@ class Followed:
     recent_rows: int = 0
     rows_seen: list[int] = field(default_factory=lambda: [0, 0])  # step rows, batch rows
     marks: dict[str, collections.deque[float]] = field(default_factory=dict)
+    plan: dict[str, int] = field(default_factory=dict)  # its length, as its newest line says
+    epoch: int | None = None  # the index of its newest epoch, as its newest line says
+    # Each kind's (step, batch) rows in the epoch being read: [its id, rows so far], and the
+    # most rows a whole epoch had (the steps an epoch makes, where the plan does not say).
+    epoch_rows: list[list[Any]] = field(default_factory=lambda: [[None, 0], [None, 0]])
+    whole_epoch_rows: list[int] = field(default_factory=lambda: [0, 0])
+    last_step_index: int = -1  # the newest step's index: its framework's global step
     last: dict[str, Any] = field(default_factory=dict)  # each numeric attribute's last value
     # Its steps hold collectives: the ranks' figures need the spans (a collective's wait is
     # told from the work by its place in the backward), read from the window's files once.
@@ -78,6 +86,13 @@ class Followed:
         self.errors += line["errors"]
         if semconv.COLLECTIVE in (line.get("names") or {}):
             self.needs_spans = True
+        if isinstance(line.get("plan"), dict):
+            self.plan = {k: v for k, v in line["plan"].items() if _is_number(v) and v > 0}
+        if type(line.get("epoch")) is int:
+            self.epoch = line["epoch"]
+        for name in line.get("frameworks") or ():  # the open session's, while it runs
+            if isinstance(name, str) and name not in self.frameworks:
+                self.frameworks.append(name)
         for session in line["sessions"]:
             self.ended = True
             for name in session.get("frameworks") or ():
@@ -88,9 +103,10 @@ class Followed:
     def add_rows(self, rows: dict[str, Any]) -> None:
         """A flush's step rows: kept while they hold the last :data:`WINDOW` steps."""
         count = len(rows["rows"]["id"])
-        for kind in rows["rows"]["kind"]:
+        for kind, parent in zip(rows["rows"]["kind"], rows["rows"]["parent"], strict=False):
             if kind in (0, 1):
                 self.rows_seen[kind] += 1
+                self._count_epoch(kind, parent)
         self.recent.append(rows)
         self.recent_rows += count
         while len(self.recent) > 1 and self.recent_rows - len(self.recent[0]["rows"]["id"]) >= (
@@ -105,6 +121,27 @@ class Followed:
         for key, values in table.attributes.items():
             if values:
                 self.last[key] = values[max(values)]
+        for row in range(len(table.index)):
+            if table.kind[row] == STEP and table.index[row] > self.last_step_index:
+                self.last_step_index = table.index[row]
+
+    def _count_epoch(self, kind: int, parent: Any) -> None:
+        """A row of ``kind`` whose parent (its epoch, where there are epochs) is ``parent``:
+        a new parent ends the epoch before it, whose rows are its steps."""
+        held = self.epoch_rows[kind]
+        if held[0] != parent:
+            if held[0] is not None:
+                self.whole_epoch_rows[kind] = max(self.whole_epoch_rows[kind], held[1])
+            held[0], held[1] = parent, 0
+        held[1] += 1
+
+    @property
+    def epoch_steps(self) -> int | None:
+        """The steps an epoch makes: as the plan says (Keras), else the most a whole epoch
+        of this process had; None before one ended."""
+        if self.plan.get(spool_index.EPOCH_STEPS):
+            return self.plan[spool_index.EPOCH_STEPS]
+        return self.whole_epoch_rows[0 if self.steps else 1] or None
 
     def window(self) -> StepTable:
         """The recent steps' rows, as a table (built anew: a few flushes' worth)."""

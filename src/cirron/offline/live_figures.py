@@ -8,6 +8,14 @@ input-bound share: the wait for data over the steps' wall time, as the ``input``
 says it. The findings are those of ``cirron show --diagnose`` (:func:`cirron.offline.
 findings.diagnose`), run on the window's rows, and one of its own: a stall, no step for
 :data:`STALL_TIMES` times the median step.
+
+The time left, where the run's length is known (its index lines' ``plan``: HF's, trainloop's
+or Lightning's ``max_steps``, Lightning's ``max_epochs``, Keras's ``epochs``): the steps left
+over the recent steps a second. The steps of a run planned in epochs are its epochs times
+the steps an epoch makes (Keras says it; else the most a whole epoch made so far, so a run
+planned in epochs has a time left from the end of its first epoch on). The steps done are
+the newest step's index (its framework's global step: a run resumed from a checkpoint counts
+the checkpoint's) where the plan is in steps, else those this run's process recorded.
 """
 
 from __future__ import annotations
@@ -64,6 +72,14 @@ class Figures:
     slowest: str | None = None  # the slowest rank's label, with the part it is slow in
     findings: list[Finding] = field(default_factory=list)
     ended: str | None = None  # why the run is over, or None
+    # Its length, where known (:func:`_progress`): the steps done of how many, the epoch
+    # (counted from 1) of how many, and the time left at the recent pace.
+    done: int = 0
+    total_steps: int | None = None
+    max_steps: int | None = None  # (the plan said steps: show them, else the epochs)
+    epoch: int | None = None
+    max_epochs: int | None = None
+    left_ns: int | None = None
 
 
 def _percentile(ordered: list[int], share: float) -> int:
@@ -88,6 +104,7 @@ def figures(run: LiveRun, follower: IndexFollower, now_ns: int, ended: str | Non
     _resources(found, tables, metrics)
     found.findings = _findings(run, tables, steps_of, found, now_ns, spool_folder)
     found.slowest = _straggler(found.findings)
+    _progress(found, run)
     for process in run.processes:
         for name, values in process.marks.items():
             found.marks.setdefault(name, list(values))
@@ -127,6 +144,31 @@ def _steps(
         found.input_share = parts[semconv.DATA_LOAD] / total if total else None
     if rates:
         found.steps_per_s = min(rates)  # the ranks step together: the slowest sets the pace
+
+
+def _progress(found: Figures, run: LiveRun) -> None:
+    """How far the run is along its plan, and the time left at the recent pace; nothing
+    where no process knows its plan. Ranks step together: the first one's plan is the run's."""
+    process = next((p for p in run.processes if p.plan), None)
+    if process is None:
+        return
+    plan, per_epoch = process.plan, process.epoch_steps
+    found.done = process.step_count
+    found.max_steps = plan.get(semconv.MAX_STEPS)
+    if found.max_steps and process.steps:  # a step's index is its framework's global step
+        found.done = max(found.done, process.last_step_index + 1)  # (resumed: not from 0)
+    found.max_epochs = plan.get(semconv.MAX_EPOCHS)
+    if found.max_epochs and process.epoch is not None:
+        found.epoch = min(process.epoch + 1, found.max_epochs)
+    bounds = [found.max_steps] if found.max_steps else []
+    if found.max_epochs and per_epoch:
+        bounds.append(found.max_epochs * per_epoch)
+    if not bounds:
+        return
+    found.total_steps = min(bounds)
+    left = found.total_steps - found.done
+    if found.steps_per_s and left > 0 and not found.ended:
+        found.left_ns = int(left / found.steps_per_s * 1e9)
 
 
 def _rank(

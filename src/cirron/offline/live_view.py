@@ -66,15 +66,48 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
 
 
 def heading(figures: Figures) -> str:
-    """One line: the run, its framework(s), processes, time, steps and pace."""
+    """One line: the run, its framework(s), processes, time, steps, pace and time left."""
     pace = f" · {figures.steps_per_s:.1f} steps/s" if figures.steps_per_s else ""
+    pace += progress(figures)
     state = f" · {figures.ended}" if figures.ended else " · running"
-    # (the frameworks are on the session span, written when the run ends)
+    # (the index lines say the open session's frameworks, the session its own at the end)
     frameworks = f" · {', '.join(figures.frameworks)}" if figures.frameworks else ""
     return (
         f"run {figures.id[:16]}{frameworks} · {', '.join(figures.processes)} · "
         f"{format_duration(figures.elapsed_ns)} · {figures.steps:,} steps{pace}{state}"
     )
+
+
+def progress(figures: Figures) -> str:
+    """`` · time left ~12m (step 340 of 1,000)``, or ``(epoch 2 of 5)`` for a run planned
+    in epochs; no time left before the pace (or, in epochs, an epoch's steps) is known, and
+    nothing where the run's length is not."""
+    if figures.max_steps and figures.total_steps:
+        where = f"step {figures.done:,} of {figures.total_steps:,}"
+    elif figures.max_epochs and figures.epoch:
+        where = f"epoch {figures.epoch} of {figures.max_epochs}"
+    else:
+        return ""
+    left = f"time left {time_left(figures.left_ns)} " if figures.left_ns is not None else ""
+    return f" · {left}({where})"
+
+
+def time_left(nanoseconds: int) -> str:
+    """A time left as a person says it, about: ``<1s``, ``~45s``, ``~12m``, ``~3h 20m``,
+    ``~2d 5h``."""
+    seconds = round(nanoseconds / 1e9)
+    if seconds < 1:
+        return "<1s"
+    if seconds < 60:
+        return f"~{seconds}s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"~{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"~{hours}h {minutes}m" if minutes else f"~{hours}h"
+    days, hours = divmod(hours, 24)
+    return f"~{days}d {hours}h" if hours else f"~{days}d"
 
 
 def step_line(figures: Figures) -> str:
