@@ -181,8 +181,8 @@ def cpu_competition(who: str, timeline: Timeline) -> list[Finding]:
             {
                 "cpu_share": ran / wall,
                 "wait_share": waited / wall,
-                "cpu_ns": ran,
-                "cpu_wait_ns": waited,
+                semconv.CPU_NS: ran,
+                semconv.CPU_WAIT_NS: waited,
                 "wall_ns": wall,
                 "measured_steps": len(measured),
             },
