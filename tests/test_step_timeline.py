@@ -89,9 +89,12 @@ def test_a_data_bound_loop_has_steps_that_hold_their_own_fetch_and_never_overlap
         assert fetches_in(step) == 1  # its own, not the next step's
         (load,) = kids(step, "data_load")
         assert load["start_ns"] == step["start_ns"]  # a step begins where its fetch begins
+        assert load["end_ns"] - load["start_ns"] >= 20_000_000  # the four 5 ms waits in it
     for epoch in epochs:  # the fetch that found the loader dry is the epoch's
         assert fetches_in(epoch) == 1
-    assert input_share(root) > 0.9  # what the loop waits on: data
+    # What the loop waits on: data (over 0.9 on an idle machine; a busy one stretches the
+    # model's work, never the waits, so the verdict holds with room).
+    assert input_share(root) > 0.6
 
 
 def test_ci_batches_over_a_data_bound_loader_holds_each_fetch_in_its_own_batch():

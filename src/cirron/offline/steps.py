@@ -84,14 +84,11 @@ class Step:
     span: Any
     epoch: Any  # the epoch span it belongs to, or None
     first_of_epoch: bool
+    wall_ns: int = 0  # its span's duration: read by every figure, so worked out once
 
     @property
     def index(self) -> Any:
         return (self.span.attributes or {}).get(semconv.INDEX, self.number)
-
-    @property
-    def wall_ns(self) -> int:
-        return duration_ns(self.span)
 
 
 class Timeline:
@@ -123,7 +120,8 @@ class Timeline:
         previous_epoch: Any = object()
         for number, span in enumerate(steps):
             epoch = self.enclosing(span, semconv.EPOCH)
-            self.steps.append(Step(number, span, epoch, epoch is not previous_epoch))
+            first = epoch is not previous_epoch
+            self.steps.append(Step(number, span, epoch, first, duration_ns(span)))
             previous_epoch = epoch
         # (Arrays: a list of a million ints read from a step table's array holds 40 MB.)
         self._starts = array("q", [step.span.start_time for step in self.steps])
