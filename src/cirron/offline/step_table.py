@@ -235,6 +235,11 @@ class RowSpan:
         return self.table.start[self.row] + self.table.wall[self.row]  # type: ignore[no-any-return]
 
     @property
+    def wall_ns(self) -> int:
+        """Its duration, as the row holds it (what ``Step.wall_ns`` reads)."""
+        return self.table.wall[self.row]  # type: ignore[no-any-return]
+
+    @property
     def attributes(self) -> dict[str, Any]:
         return self.table.attributes_of(self.row)
 

@@ -23,7 +23,8 @@ OTHER = "other"  # the share of a step no part accounts for
 
 
 def duration_ns(span: Any) -> int:
-    return span.end_time - span.start_time if span.end_time is not None else 0
+    end = span.end_time
+    return end - span.start_time if end is not None else 0
 
 
 def span_id(span: Any) -> str:
@@ -84,11 +85,16 @@ class Step:
     span: Any
     epoch: Any  # the epoch span it belongs to, or None
     first_of_epoch: bool
-    wall_ns: int = 0  # its span's duration: read by every figure, so worked out once
 
     @property
     def index(self) -> Any:
         return (self.span.attributes or {}).get(semconv.INDEX, self.number)
+
+    @property
+    def wall_ns(self) -> int:
+        """Its span's duration: read by every figure (a step's row holds it as it is)."""
+        wall = getattr(self.span, "wall_ns", None)
+        return wall if wall is not None else duration_ns(self.span)
 
 
 class Timeline:
@@ -120,8 +126,7 @@ class Timeline:
         previous_epoch: Any = object()
         for number, span in enumerate(steps):
             epoch = self.enclosing(span, semconv.EPOCH)
-            first = epoch is not previous_epoch
-            self.steps.append(Step(number, span, epoch, first, duration_ns(span)))
+            self.steps.append(Step(number, span, epoch, epoch is not previous_epoch))
             previous_epoch = epoch
         # (Arrays: a list of a million ints read from a step table's array holds 40 MB.)
         self._starts = array("q", [step.span.start_time for step in self.steps])
