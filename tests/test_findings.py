@@ -292,7 +292,9 @@ def test_a_loop_beside_two_cpu_hogs_on_its_core_is_told_the_machine_competed(tmp
     assert match is not None, text
     ran, waited, measured = (int(group) for group in match.groups())
     # Three threads share the core: the loop gets a third of it, or less on a busy machine.
-    assert ran <= 45 and waited >= 50 and ran + waited <= 101, text
+    # (Its CPU time and its run delay are read a moment apart from the step's ends, each
+    # rounded: together they may pass the step's time by a few percent.)
+    assert ran <= 45 and waited >= 50 and ran + waited <= 105, text
     assert measured >= 5
     assert "taskset" in cirron(tmp_path, "show", "--diagnose").stdout  # what to do next
 
