@@ -62,8 +62,9 @@ NON_FINITE_MARKS = "non-finite marks (not drawn)"
 UNFINISHED = "unfinished"
 # Stand-ins in event text for what the layout decides at the end: the slice's track, and
 # the process's main track (a snapshot's instant event). json.dumps writes "\x00" so.
-_TID = '"\\u0000T"'
-_MAIN = '"\\u0000M"'
+_MAIN_STAND_IN = "\x00M"
+_TID = json.dumps("\x00T")
+_MAIN = json.dumps(_MAIN_STAND_IN)
 _HELD = 32 << 20  # characters of event text held in memory before they go to the scratch file
 _READ = 8 << 20  # bytes of the scratch file read at a time
 # How long after its end a span may still come in the spool: the processor holds a span
@@ -250,21 +251,23 @@ def _as_ended(spans: Sequence[Any]) -> list[Any]:
     """``spans`` in the order they ended (children before a parent that ends with them; one
     that never ended last)."""
     by_id: dict[int | None, Any] = {span.context.span_id: span for span in spans}
-    depths = _depths(spans, by_id)
+    depths = _depths(spans, by_id, named_parent)
     latest = max((span.end_time or span.start_time for span in spans), default=0) + 1
-    return sorted(
-        spans, key=lambda s: (s.end_time or latest, -s.start_time, -depths[s.context.span_id])
-    )
+    return sorted(spans, key=lambda s: (s.end_time or latest, -s.start_time, -depths[id(s)]))
 
 
-def _depths(spans: Sequence[Any], by_id: dict[int | None, Any]) -> dict[int, int]:
+def _depths(
+    things: Sequence[Any], by_id: dict[Any, Any], parent_of: Callable[[Any], Any]
+) -> dict[int, int]:
+    """Each one's depth in its tree, by ``id()`` (an ancestor sorts before a tie); a walk up
+    a parent cycle ends too."""
     depths: dict[int, int] = {}
-    for span in spans:
-        depth, ancestor = 0, by_id.get(named_parent(span))
-        while ancestor is not None and depth < len(spans):  # a cycle ends too
+    for thing in things:
+        depth, ancestor = 0, by_id.get(parent_of(thing))
+        while ancestor is not None and depth < len(things):
             depth += 1
-            ancestor = by_id.get(named_parent(ancestor))
-        depths[span.context.span_id] = depth
+            ancestor = by_id.get(parent_of(ancestor))
+        depths[id(thing)] = depth
     return depths
 
 
@@ -594,7 +597,7 @@ class _Trace:
 
     def _instant(self, process: _Process, name: str, at: int, attributes: Any) -> str:
         event = {"name": name, "ph": "i", "s": "p", "ts": (at - self.origin) / 1000,
-                 "pid": process.pid, "tid": "\x00M", "args": _arguments(attributes)}  # fmt: skip
+                 "pid": process.pid, "tid": _MAIN_STAND_IN, "args": _arguments(attributes)}  # fmt: skip
         return ",\n" + json.dumps(event)
 
     def _marks(self, process: _Process, events: list[tuple[Any, int, Any]]) -> str:
@@ -665,6 +668,10 @@ class _Trace:
                 rest = data[cut:]
             if rest:
                 yield rest.decode("ascii")
+
+
+def _parent_of(item: _Item) -> int | None:
+    return item.parent
 
 
 def _start_order(item: _Item) -> tuple[int, int]:
@@ -798,13 +805,7 @@ def _layout(
     last = process.last
     ends = {id(item): max(item.end or last, item.start) for item in items}
     by_id: dict[int | None, _Item] = {item.span_id: item for item in items}
-    depths: dict[int, int] = {}
-    for item in items:
-        depth, ancestor = 0, by_id.get(item.parent)
-        while ancestor is not None and depth < len(items):  # a cycle ends too
-            depth += 1
-            ancestor = by_id.get(ancestor.parent)
-        depths[id(item)] = depth
+    depths = _depths(items, by_id, _parent_of)
     tracks = [_Track(next(tids), TRAINING_TRACK)]
     placed: dict[int, _Track] = {}
     out = []
