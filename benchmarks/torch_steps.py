@@ -328,6 +328,13 @@ class _Figures:
         return half_iqr(on - off for off, on in self.pairs[name])
 
 
+# Prepended to a snippet: the hooks' pure-Python twin, even where the compiled one is built.
+PURE_PYTHON = "import os\nos.environ['CIRRON_PURE_PYTHON'] = '1'\n"
+PURE_NOTE = (
+    "the same pairs with CIRRON_PURE_PYTHON=1, the path of a platform "
+    "the compiled helper is not built for; the rows above run the compiled nn.Module.__call__ "
+    "where it is built (ci.health()['hot_path'])."
+)
 ITEMISED = (
     "the added time itemised: each layer of the hooks' work is measured with the layers below it on and those above it "
     "replaced by no-ops, in interleaved rounds of one process of its own (so the MLP's layers "
@@ -346,6 +353,9 @@ def run(quick: bool = False) -> list[Row]:
     code = reference.call_snippet("torch_steps", "measure", steps=steps, rounds=rounds)
     ours_results, reference_results = reference.run_both(code, runs)
     ours = _Figures(ours_results)
+    # The same under the pure-Python hooks, which every platform without the compiled
+    # helper runs (cirron.hot); the rows above use the compiled one where it is built.
+    pure = _Figures([reference.run_snippet(PURE_PYTHON + code) for _ in range(runs)])
     theirs = _Figures(reference_results) if reference_results else None
     # Deterministic: one process per SDK is enough.
     ours_calls, reference_calls = reference.run_both(
@@ -416,6 +426,15 @@ def run(quick: bool = False) -> list[Row]:
             spread=100 * (ours.spread("mlp") or 0.0) / ours.bare("mlp"),
         ),
         Row(
+            "  added, pure-Python hooks",
+            share(pure),
+            "",
+            None,
+            "%",
+            spread=100 * (pure.spread("mlp") or 0.0) / pure.bare("mlp"),
+            note=PURE_NOTE,
+        ),
+        Row(
             "conv net step (10-50 ms)",
             step(ours, "conv"),
             "same step, no hooks",
@@ -441,6 +460,14 @@ def run(quick: bool = False) -> list[Row]:
             "us",
             theirs.added("deep400") if theirs else None,
             spread=ours.spread("deep400"),
+        ),
+        Row(
+            "  401 modules, pure-Python hooks",
+            pure.added("deep400"),
+            "added per step, 5 modules",
+            pure.added("deep4"),
+            "us",
+            spread=pure.spread("deep400"),
         ),
         *itemised("mlp", ITEMISED),
         Row(

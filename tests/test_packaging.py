@@ -38,12 +38,15 @@ def installed(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("packaging")
     source = root / "source"  # what the wheel is built from: the package's own files
     shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns(
-        "__pycache__", "*.egg-info"))  # fmt: skip
-    for name in ("pyproject.toml", "README.md"):
+        "__pycache__", "*.egg-info", "*.so"))  # fmt: skip
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    run(sys.executable, "-m", "build", "--wheel", "--outdir", root / "dist", source, cwd=root)
+    run(sys.executable, "-m", "build", "--outdir", root / "dist", source, cwd=root)
     (wheel,) = (root / "dist").glob("cirron_otel-*.whl")
-    assert wheel.name.startswith(f"cirron_otel-{__version__}-")
+    # Built here, with a compiler: the compiled hooks are in it, so the wheel is this
+    # platform's (cirron.hot).
+    assert wheel.name.startswith(f"cirron_otel-{__version__}-cp3")
+    assert wheel.name.endswith("linux_x86_64.whl"), wheel.name
     venv = root / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=root)
     pip = (venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
@@ -51,6 +54,26 @@ def installed(tmp_path_factory) -> Path:
     run(*pip, "torch==2.13.0", cwd=root)  # the pinned CPU build, as the README says
     run(*pip, f"{wheel}[torch]", cwd=root)
     return venv / "bin"
+
+
+HOT_PATH = "import cirron as ci; ci.profile(output='none'); print(ci.health()['hot_path'])"
+
+
+def test_the_wheel_runs_the_compiled_hooks_unless_told_not_to(installed, tmp_path):
+    assert run(installed / "python", "-c", HOT_PATH, cwd=tmp_path).stdout.strip() == "compiled"
+    pure = run(installed / "python", "-c", HOT_PATH, cwd=tmp_path, CIRRON_PURE_PYTHON="1")
+    assert pure.stdout.strip() == "python (CIRRON_PURE_PYTHON=1)"
+
+
+def test_the_sdist_installs_with_no_compiler_and_runs_the_pure_hooks(installed, tmp_path):
+    (sdist,) = (installed.parents[1] / "dist").glob("cirron_otel-*.tar.gz")
+    # A compiler that fails: building the extension fails, and the install only falls back.
+    target = tmp_path / "from-sdist"
+    run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+        "--target", target, sdist, cwd=tmp_path, CC="false", LDSHARED="false")  # fmt: skip
+    assert not list(target.glob("cirron/_hot*"))  # neither built nor its source
+    result = run(installed / "python", "-c", HOT_PATH, cwd=tmp_path, PYTHONPATH=str(target))
+    assert result.stdout.strip() == "python (the compiled helper is not built in this install)"
 
 
 def test_the_demo_runs_from_the_wheel_with_no_warning_and_every_span_closed(installed, tmp_path):

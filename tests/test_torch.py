@@ -32,6 +32,7 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 
 import cirron.training  # noqa: E402
+from cirron import hot  # noqa: E402
 from cirron.instrumentors.torch import TorchInstrumentor  # noqa: E402
 from cirron.instrumentors.torch_steps import TorchLoop  # noqa: E402
 from cirron.recording import hook_spans  # noqa: E402
@@ -748,8 +749,14 @@ def test_the_hooks_add_the_same_work_to_a_step_of_400_modules_as_of_4():
         added[blocks] = calls_per_step(step) - bare
         ci.shutdown()
     # The same work: a hook per submodule would add hundreds of calls to the deep model's
-    # step. (A step now and then wakes the flush thread: a call or so either way.)
-    assert added[2] > 0 and abs(added[200] - added[2]) <= 5, added
+    # step. (A step now and then wakes the flush thread: a call or so either way.) The
+    # compiled __call__ calls a submodule with no Python frame, where torch's own makes one:
+    # the deep model's step then makes ~400 calls fewer than with no hooks.
+    assert added[2] > 0, added
+    if hot.compiled is None:
+        assert abs(added[200] - added[2]) <= 5, added
+    else:
+        assert added[200] - added[2] <= -390, added
 
 
 def test_a_slow_dataset_shows_in_data_load_inside_the_step():

@@ -147,7 +147,7 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
-def _flag_text(text: str) -> bool:
+def flag_text(text: str) -> bool:
     """``true``/``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``) of a variable."""
     word = text.strip().lower()
     if word in _TRUE or word in _FALSE:
@@ -305,7 +305,7 @@ def _message_content_from_environment() -> Capture | None:
         where = _GENAI_CONTENT[text.upper()]
     else:
         try:
-            where = "span" if _flag_text(text) else None
+            where = "span" if flag_text(text) else None
         except ValueError:
             _warn_once(
                 variable,
@@ -340,11 +340,11 @@ _RULES: dict[str, tuple[Callable[[str, Any], Any], str, Callable[[str], Any]]] =
     "spool_compression": (_spool_compression, env.CIRRON_SPOOL_COMPRESSION, str.strip),
     "trace_split": (_count, env.CIRRON_TRACE_SPLIT, int),
     "step_sampling": (_step_sampling, env.CIRRON_STEP_SAMPLING, str.strip),
-    "metrics": (_flag, env.CIRRON_METRICS, _flag_text),
+    "metrics": (_flag, env.CIRRON_METRICS, flag_text),
     "metrics_interval": (_positive_number, env.CIRRON_METRICS_INTERVAL, float),
     "step_resources_interval": (_non_negative_number, env.CIRRON_STEP_RESOURCES_INTERVAL, float),
     "capture": (_capture, env.CIRRON_CAPTURE, _capture_text),
-    "run_summary": (_flag, env.CIRRON_RUN_SUMMARY, _flag_text),
+    "run_summary": (_flag, env.CIRRON_RUN_SUMMARY, flag_text),
 }
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Status, StatusCode, get_current_span
 
 from . import config as config_module
-from . import exporters, lifecycle, registry, training
+from . import exporters, hot, lifecycle, registry, training
 from .config import Settings
 from .exporters.sinks import SinkWorker
 from .metrics import Recorded
@@ -203,6 +203,7 @@ class Profiler:
             buffer_used=processor.buffer_used if processor else 0,
             trace_evicted=store.evicted if store else 0,
             trace_capacity=store.capacity if store else 0,
+            hot_path=hot.hot_path,
         )
         return report
 
@@ -574,6 +575,7 @@ def health() -> dict[str, Any]:
         buffer_used=0,
         trace_evicted=store.evicted if store else 0,
         trace_capacity=store.capacity if store else 0,
+        hot_path=hot.hot_path,
     )
     return report
 

@@ -11,6 +11,7 @@ import time
 import weakref
 from typing import Any
 
+from .. import hot
 from ..otel import semconv
 from ..recording import hook_spans
 from ..recording.guard import call_guarded, guarded, report
@@ -137,42 +138,49 @@ def _control_flow(error: BaseException) -> bool:
     return type(error).__name__ == "_StopRecomputationError"
 
 
+def _forward_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
+    """An outermost module call, with the "inside a forward" flag set: a ``forward`` span
+    around ``original``. The compiled ``__call__`` (:mod:`cirron.hot`) calls it too."""
+    # A loss module (and any module inside it, e.g. a perceptual loss's
+    # network) is not a forward of the model.
+    if isinstance(self, _loss_class[0]):
+        return original(self, *args, **kwargs)
+    try:  # the core guard, inline (as for each guarded call below): once a forward
+        entered = _open_forward(self, args, kwargs)
+    except Exception as failure:  # noqa: BLE001
+        report(SITE, failure)
+        entered = None
+    if entered is None:
+        held = _held[0]
+        if held is not None:
+            _held[0] = None
+            return _held_call(original, self, args, kwargs, held)
+        return original(self, *args, **kwargs)
+    try:
+        result = original(self, *args, **kwargs)
+    except BaseException as error:
+        close_guarded(entered, None if _control_flow(error) else error)
+        raise
+    try:
+        hook_spans.end(entered)
+    except Exception as failure:  # noqa: BLE001
+        report(SITE, failure)
+    return result
+
+
 def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
-    """An outermost module call: a ``forward`` span around ``original``."""
+    """An outermost module call of the pure-Python ``__call__``: the flag, then the call."""
     global _inside_forward
     _inside_forward = True
     try:
-        # A loss module (and any module inside it, e.g. a perceptual loss's
-        # network) is not a forward of the model.
-        if isinstance(self, _loss_class[0]):
-            return original(self, *args, **kwargs)
-        try:  # the core guard, inline (as for each guarded call below): once a forward
-            entered = _open_forward(self, args, kwargs)
-        except Exception as failure:  # noqa: BLE001
-            report(SITE, failure)
-            entered = None
-        if entered is None:
-            held = _held[0]
-            if held is not None:
-                _held[0] = None
-                return _held_call(original, self, args, kwargs, held)
-            return original(self, *args, **kwargs)
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as error:
-            close_guarded(entered, None if _control_flow(error) else error)
-            raise
-        try:
-            hook_spans.end(entered)
-        except Exception as failure:  # noqa: BLE001
-            report(SITE, failure)
-        return result
+        return _forward_call(original, self, args, kwargs)
     finally:
         _inside_forward = False
 
 
 def make_module_call(original: Any) -> Any:
-    """Our ``nn.Module.__call__``: a span for the outermost call only.
+    """Our ``nn.Module.__call__``: a span for the outermost call only; the compiled twin
+    (:mod:`cirron.hot`) where it is built, else the pure-Python one below.
 
     Submodules take the first branch, one read of a module-level flag, and
     then do what torch's own ``__call__`` (``_wrapped_call_impl``) does in
@@ -186,9 +194,12 @@ def make_module_call(original: Any) -> Any:
     ``backward`` inside the step.
     """
     _loss_class[0] = torch_module().nn.modules.loss._Loss
+    torch_call = getattr(original, "__name__", "") == "_wrapped_call_impl"
+    if hot.compiled is not None:  # the same, with no Python frame for a submodule's call
+        return hot.compiled.ModuleCall(original, _forward_call, torch_call)
     outermost = _outermost_call
 
-    if getattr(original, "__name__", "") != "_wrapped_call_impl":  # someone else's __call__
+    if not torch_call:  # someone else's __call__
 
         def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
             if _inside_forward:

@@ -1,0 +1,47 @@
+"""Which twin of the hottest hook entry runs: the compiled one, or the pure-Python one.
+
+Like ``wrapt``, cirron ships a small optional C extension, :mod:`cirron._hot`,
+built from the sdist wherever a C compiler is present (a Linux x86_64 wheel
+carries it built). It holds only what runs for every module call of a model:
+torch's ``nn.Module.__call__``. The pure-Python twin
+(:func:`cirron.instrumentors.torch_modules.make_module_call`) is the reference
+and what every other platform gets; both give the same spans.
+
+``CIRRON_PURE_PYTHON=1`` asks for the pure twin even where the extension is
+built. ``ci.health()["hot_path"]`` says which one runs: ``compiled``, or
+``python`` with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from .config import flag_text
+from .otel import environment as env
+
+_log = logging.getLogger("cirron")
+
+
+def _pure_asked() -> bool:
+    text = os.environ.get(env.CIRRON_PURE_PYTHON, "")
+    try:
+        return bool(text.strip()) and flag_text(text)
+    except ValueError as error:
+        _log.warning("cirron: %s=%r: %s; ignored", env.CIRRON_PURE_PYTHON, text, error)
+        return False
+
+
+def _load() -> tuple[Any, str]:
+    """The extension module (None for the pure twin), and what ``ci.health()`` says."""
+    if _pure_asked():
+        return None, f"python ({env.CIRRON_PURE_PYTHON}=1)"
+    try:
+        from . import _hot  # type: ignore[attr-defined]
+    except ImportError:  # not built here (no compiler at install, another platform)
+        return None, "python (the compiled helper is not built in this install)"
+    return _hot, "compiled"
+
+
+compiled, hot_path = _load()

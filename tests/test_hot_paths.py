@@ -1,0 +1,110 @@
+"""The compiled ``nn.Module.__call__`` (``cirron._hot``) and its pure-Python twin give the same
+trace: each loop below runs once on each path, in this process, and the trees must match.
+
+The rest of the torch tests run on whichever path this install has (``ci.health()["hot_path"]``);
+``scripts/test.sh`` runs tests/test_torch.py once more with ``CIRRON_PURE_PYTHON=1``.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import cirron as ci
+from cirron import hot
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.skipif(hot.compiled is None, reason="the compiled helper is not built")
+
+
+class Blocks(nn.Module):
+    """Nested submodules, a checkpointed block, and a forward that raises on a NaN batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.second = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x, scale=1.0):
+        if torch.isnan(x).any():
+            raise ValueError("a NaN batch")
+        x = self.first(x)
+        x = checkpoint(self.second, x, use_reentrant=False)
+        with ci.scope("head"):
+            return self.head(x) * scale
+
+
+def _shape(node) -> tuple:
+    """A span's name, its error status and its children's shapes: what both paths must share."""
+    return (node["name"], node.get("status"), tuple(_shape(child) for child in node["children"]))
+
+
+def _loop() -> tuple:
+    torch.manual_seed(0)
+    model, loss_fn = Blocks(), nn.CrossEntropyLoss()
+    seen = []
+    model.second.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [torch.randn(3, 4) for _ in range(4)] + [torch.full((3, 4), float("nan"))]
+    for x in batches:
+        optimizer.zero_grad()
+        try:
+            out = model(x, scale=2.0) if len(seen) % 2 else model.__call__(x)
+        except ValueError:
+            continue
+        loss_fn(out, torch.zeros(3, dtype=torch.long)).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        model(torch.randn(3, 4))
+    ci.shutdown()
+    assert len(seen) == 4 + 1  # a forward hook runs for every call (a recomputation stops early)
+    return _shape(ci.trace(format="dict"))
+
+
+def test_both_paths_give_the_same_trace(monkeypatch):
+    ci.profile(output="none", frameworks=["torch"])
+    assert ci.health()["hot_path"] == "compiled"
+    assert type(nn.Module.__call__).__name__ == "ModuleCall"
+    compiled = _loop()
+    monkeypatch.setattr(hot, "compiled", None)
+    ci.profile(output="none", frameworks=["torch"])
+    assert type(nn.Module.__call__).__name__ == "function"
+    assert compiled == _loop()
+    assert "forward" in str(compiled) and "ERROR" in str(compiled)
+
+
+def test_the_compiled_call_looks_like_torchs_to_code_that_inspects_it():
+    original = nn.Module.__call__
+    ci.profile(output="none", frameworks=["torch"])
+    model = nn.Linear(2, 2)
+    assert nn.Module.__call__.__wrapped__ is original
+    assert nn.Module.__call__.__name__ == "__call__"
+    assert model.__call__.__self__ is model  # a bound method, as for a function
+    assert list(inspect.signature(model.__call__).parameters) == ["args", "kwargs"]
+    with pytest.raises(TypeError):
+        nn.Module.__call__()  # no module: a clear error, not a crash
+    ci.shutdown()
+    assert nn.Module.__call__ is original  # the hooks came off exactly
+
+
+def test_a_call_patched_before_ours_still_runs_on_the_compiled_path(monkeypatch):
+    """Someone else's ``__call__`` (another tool patched it first) runs for every module."""
+    torchs = nn.Module.__call__
+    calls = []
+
+    def theirs(self, *args, **kwargs):
+        calls.append(type(self).__name__)
+        return torchs(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "__call__", theirs)
+    ci.profile(output="none", frameworks=["torch"])
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    model(torch.randn(1, 2)).sum().backward()
+    ci.shutdown()
+    assert calls == ["Sequential", "Linear", "ReLU"]
