@@ -55,7 +55,7 @@ CIRRON_METRICS_INTERVAL = "CIRRON_METRICS_INTERVAL"  # seconds between system sa
 CIRRON_STEP_RESOURCES_INTERVAL = "CIRRON_STEP_RESOURCES_INTERVAL"
 CIRRON_CAPTURE = "CIRRON_CAPTURE"  # what inference spans record: "text,tensors,max_chars=N"
 CIRRON_RUN_SUMMARY = "CIRRON_RUN_SUMMARY"  # true / false: the run's summary on stderr at its end
-CIRRON_PURE_PYTHON = "CIRRON_PURE_PYTHON"  # true: the pure-Python hooks even where compiled ones are
+CIRRON_PURE_PYTHON = "CIRRON_PURE_PYTHON"  # true: the pure-Python twin of the compiled hook
 
 # Platform context, recorded as resource attributes.
 CIRRON_RUN_ID = "CIRRON_RUN_ID"
