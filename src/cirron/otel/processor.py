@@ -142,7 +142,9 @@ class RingBufferSpanProcessor(SpanProcessor):
             ring = self._ring
             if len(ring) < self.capacity:  # _enqueue, inline while there is room
                 ring.append(span)
-                if len(ring) >= self._wake_at:
+                # Once: until the flush thread runs (it may wait for the GIL for a while),
+                # every span would set the event again, taking its lock (~0.5 us).
+                if len(ring) >= self._wake_at and not self._wakeup.is_set():
                     self._wakeup.set()
             else:
                 self._enqueue(span, wait=True)
@@ -222,7 +224,7 @@ class RingBufferSpanProcessor(SpanProcessor):
             )
             return
         ring.append(span)
-        if len(ring) >= self._wake_at:
+        if len(ring) >= self._wake_at and not self._wakeup.is_set():
             self._wakeup.set()
 
     def on_end_interrupted(self, span: ReadableSpan) -> None:

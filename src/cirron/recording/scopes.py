@@ -97,11 +97,25 @@ class Scope:
                 self.name,
             )
             return self
-        if _completed[0] is not None and previous.get(SPAN_KEY) is _completed[0]:
+        parent = previous.get(SPAN_KEY)
+        if _completed[0] is not None and parent is _completed[0]:
             _hooks.loop_check()  # a scope after the training loop is not in its step
             previous = _context_var.get()
-        # open_on, inline (this is the hot path), with the depth in the same context
-        span = _start_span(rec, self.name, {**self.attributes}, self.start_ns, previous)
+            parent = previous.get(SPAN_KEY)
+        # open_on, inline (this is the hot path), with the depth in the same context; and
+        # _start_span's common cases, inline: inside one of our open spans (a step, a
+        # scope), or at the top level, under cirron.session
+        parent_context = previous
+        if parent is None:
+            parent, parent_context = rec.session, rec.session_context
+        lean = rec.lean
+        if type(parent) is ScopeSpan and parent._end_time is None and lean is not None:
+            span = ScopeSpan(
+                self.name, parent._trace_id, parent, {**self.attributes}, lean, parent_context,
+                self.start_ns,
+            )  # fmt: skip
+        else:
+            span = _start_span(rec, self.name, {**self.attributes}, self.start_ns, previous)
         context = Context({**previous, SPAN_KEY: span, _DEPTH_KEY: depth + 1})
         self._opened = (span, _context_var.set(context), previous)
         self.span = span
@@ -114,7 +128,19 @@ class Scope:
         self.span = None
         if span in _enclosing:  # an epoch or step the hooks opened inside ends with it
             _hooks.enclosing_end(span)
-        close_span(self._opened, exc)
+        if exc is not None:
+            close_span(self._opened, exc)
+            return
+        # close_span's common case, inline: ended where it began, on top of the context
+        opened = self._opened
+        span.end()
+        if _context_var.get().get(SPAN_KEY) is span:
+            try:
+                _context_var.reset(opened[1])
+                return
+            except (ValueError, RuntimeError):  # another context (a generator moved)
+                pass
+        _restore(span, opened)
 
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Use the scope as a decorator: one span per call of ``function``."""
@@ -280,10 +306,16 @@ def close_span(
 
     ``end_ns``: when it ended, if earlier than now (a step ends where the next one's fetch began).
     """
-    span, token, previous = opened
+    span = opened[0]
     if error is not None and span.is_recording():
         close_with_error(span, error)
     span.end(end_ns)
+    _restore(span, opened)
+
+
+def _restore(span: Any, opened: tuple[Any, Any, Any]) -> None:
+    """Put back the context ``span`` (now ended) replaced when :func:`open_on` made it current."""
+    _span, token, previous = opened
     on_top = _context_var.get().get(SPAN_KEY) is span
     # Closed out of order, the token restores what this span replaced, unless that was a
     # span that has ended since (one of another tracer's, that this one opened inside of):
