@@ -197,6 +197,27 @@ def test_a_run_that_ended_before_watch_began_is_not_watched_again(tmp_path, data
     assert "stopped watching" in err
 
 
+def test_watch_started_before_its_named_run_waits_for_it(tmp_path, data_bound):
+    watch = subprocess.Popen(
+        [CIRRON, "watch", "--run", "exp42", "--interval", "0.5"], cwd=tmp_path,
+        env=clean_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(2)
+        assert watch.poll() is None  # waiting, not refused
+        trained = run_script(
+            data_bound, "20", cwd=tmp_path, timeout=120,
+            env=clean_environment(CIRRON_RUN_ID="exp42"),
+        )  # fmt: skip
+        assert trained.returncode == 0, trained.stderr
+        out, err = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    assert "waiting for run 'exp42' in .cirron ... (the runs there: none yet)" in out
+    assert "the run ended" in out and "20 steps" in out, out
+
+
 def test_a_run_that_crashed_is_said_to_have(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text(
@@ -235,8 +256,10 @@ def test_watch_follows_one_run_and_a_spool_file_is_no_folder(tmp_path, data_boun
     spool_file = sorted((tmp_path / ".cirron" / "spool").iterdir())[0]
     refused = cirron("watch", str(spool_file), cwd=tmp_path)
     assert refused.returncode == 2 and "is a file: watch a cirron directory" in refused.stderr
-    unknown = cirron("watch", "--run", "7", cwd=tmp_path)
+    unknown = cirron("watch", "--run", "7", cwd=tmp_path)  # a run's number: not there
     assert unknown.returncode == 2 and "names no run" in unknown.stderr
+    once = cirron("watch", "--run", "exp42", "--once", cwd=tmp_path)  # --once never waits
+    assert once.returncode == 2 and "names no run" in once.stderr
 
 
 @pytest.mark.parametrize("interval", ["0", "-1", "99999"])

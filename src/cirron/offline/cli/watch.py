@@ -4,9 +4,10 @@ Once a second (``--interval``) it reads what the run appended to its spool's ind
 the last look (:mod:`cirron.offline.live`) and redraws the figures (:mod:`cirron.offline.
 live_figures`): no connection to the training process, and nothing added to its cost.
 Without ``--run`` it follows the newest run that has not ended, and waits for one when
-there is none. When the run ends (each process closed its session, or is gone and nothing
-came for a while) the view gives way to the run's summary and the command exits with 0;
-Ctrl-C stops watching at any time (the run goes on). Without a terminal (``| cat``, CI) it
+there is none; ``--run ID`` naming a run that has not begun yet waits for it. When the run
+ends (each process closed its session, or is gone and nothing came for a while) the view
+gives way to the run's summary and the command exits with 0; Ctrl-C stops watching at any
+time (the run goes on). Without a terminal (``| cat``, CI) it
 prints a plain line a refresh instead of the view.
 """
 
@@ -58,20 +59,37 @@ def _ended(run: LiveRun) -> str | None:
 def _chosen(
     follower: IndexFollower, arguments: argparse.Namespace, passed_over: set[str]
 ) -> LiveRun | None:
-    """The run to show: ``--run``'s, else the newest of those not over when watch began."""
+    """The run to show: ``--run``'s, else the newest of those not over when watch began.
+
+    ``--run`` naming an id that no run has yet (``CIRRON_RUN_ID=exp42``, watch started
+    first) waits for it, unless ``--once``; a run's number that is not there is an error.
+    """
     every = follower.runs()
     if arguments.run:
         try:
             return runs.pick(every, arguments.run)[0] if every else None
         except LookupError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
+            if arguments.once or _is_number(arguments.run):
+                raise argparse.ArgumentTypeError(str(error)) from None
+            return None
     fresh = [run for run in every if run.id not in passed_over]
     return fresh[-1] if fresh else None
 
 
+def _is_number(choice: str) -> bool:
+    try:
+        int(choice)
+    except ValueError:
+        return False
+    return True
+
+
 def _waiting(follower: IndexFollower, arguments: argparse.Namespace) -> str:
-    said = f"waiting for a run in {arguments.path} ..."
     every = follower.runs()
+    if arguments.run:  # an id no run has yet: say which runs there are (a typo shows)
+        known = ", ".join(run.id[:16] for run in every[-5:]) or "none yet"
+        return f"waiting for run {arguments.run!r} in {arguments.path} ... (the runs there: {known})"
+    said = f"waiting for a run in {arguments.path} ..."
     if every and not arguments.run:
         said += (
             f" (the latest, {every[-1].id[:16]}, has ended: `cirron watch --run -1` shows it, "
