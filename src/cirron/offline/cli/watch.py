@@ -88,7 +88,9 @@ def _waiting(follower: IndexFollower, arguments: argparse.Namespace) -> str:
     every = follower.runs()
     if arguments.run:  # an id no run has yet: say which runs there are (a typo shows)
         known = ", ".join(run.id[:16] for run in every[-5:]) or "none yet"
-        return f"waiting for run {arguments.run!r} in {arguments.path} ... (the runs there: {known})"
+        return (
+            f"waiting for run {arguments.run!r} in {arguments.path} ... (the runs there: {known})"
+        )
     said = f"waiting for a run in {arguments.path} ..."
     if every and not arguments.run:
         said += (
