@@ -26,6 +26,31 @@ def test_profile_imports_no_framework_the_script_does_not_use(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def test_profile_after_torch_imports_only_what_recording_needs(tmp_path):
+    # What start-up must not pay for: the trace reader (ci.trace() imports it when called),
+    # the protobuf and network exporters nobody configured, report and table libraries.
+    pytest.importorskip("torch")
+    result = run_python(
+        """
+        import sys
+        import torch
+        before = set(sys.modules)
+        import cirron as ci
+        ci.profile()
+        assert ci.health()["hooks"] == ["torch"]
+        added = set(sys.modules) - before
+        unneeded = ("cirron.offline", "html", "statistics", "google.protobuf", "grpc",
+                    "requests", "rich", "pandas", "opentelemetry.exporter")
+        found = sorted(m for m in added if m.startswith(unneeded))
+        print(found)
+        assert found == [], found
+        assert "cirron.session" in ci.trace()  # the reader is imported when asked for
+        """,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_detect_lists_installed_frameworks_by_priority():
     detected = registry.detect()
     if "torch" in sys.modules or registry._installed("torch"):

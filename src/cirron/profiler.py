@@ -21,7 +21,6 @@ from .config import Settings
 from .exporters.sinks import SinkWorker
 from .metrics import Recorded
 from .metrics import render as render_metrics
-from .offline import readback
 from .otel import other_providers, provider, semconv, spans
 from .otel.health import Health
 from .otel.processor import RingBufferSpanProcessor
@@ -243,6 +242,8 @@ class Profiler:
 
     def trace(self, format: str = "text", name: str | None = None, last: int | None = None) -> Any:
         """This profiler's spans; see :func:`cirron.trace`."""
+        from .offline import readback  # the reader's code: only a call of ci.trace() needs it
+
         return readback.render(self.recorder if self.enabled else None, format, name, last)
 
     def metrics(self, format: str = "df") -> Any:
@@ -592,6 +593,8 @@ def trace(format: str = "text", name: str | None = None, last: int | None = None
         rec = _last
     if rec is not None and not rec.enabled:
         rec = None
+    from .offline import readback  # the reader's code: only a call of ci.trace() needs it
+
     return readback.render(rec, format, name, last)
 
 
