@@ -259,9 +259,17 @@ class SpanMetrics(SpanExporter):
         span = ended.context
         context = span_context_of(span)
         record(semconv.STEP_DURATION, wall / 1e9, _NO_ATTRIBUTES, end, span, context)
-        for part, ns in step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS)).items():
-            if ns > 0 or part == OTHER:
-                add(semconv.STEP_TIME, ns / 1e9, _PART_ATTRIBUTES[part], end, span)
+        by_part = step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS))
+        self.instruments.add_each(
+            semconv.STEP_TIME,
+            [
+                (ns / 1e9, _PART_ATTRIBUTES[part])
+                for part, ns in by_part.items()
+                if ns > 0 or part == OTHER
+            ],
+            end,
+            span,
+        )
         add(semconv.STEP_COUNT, 1, _NO_ATTRIBUTES, end, span)
         for attribute, (instrument, scale) in STEP_FIGURES.items():
             value = attributes.get(attribute)
