@@ -163,7 +163,7 @@ class SpanMetrics(SpanExporter):
     def _arrive(self, spans: Sequence[ReadableSpan]) -> None:
         """Hold each span's fields a batch, its marks recorded now. One loop for the batch,
         cirron's spans read field by field: it runs for every span of the run."""
-        add = self._held.add
+        add_end, add_name, add_id, add_parent, add_duration, add_span = self._held.appends()
         for span in spans:
             try:
                 if type(span) is not ScopeSpan:
@@ -178,9 +178,15 @@ class SpanMetrics(SpanExporter):
                     parent_id = parent._span_id
                 else:
                     parent_id = parent.get_span_context().span_id
-                end, start = span._end_time or 0, span._start_time or 0
+                end, start, span_id = span._end_time or 0, span._start_time or 0, span._span_id
                 duration = end - start if end > start else 0
-                add(end, name, span._span_id, parent_id, duration, span if name in _HELD else None)
+                # Every field read before the first is held: an error holds no span half.
+                add_end(end)
+                add_name(name)
+                add_id(span_id)
+                add_parent(parent_id)
+                add_duration(duration)
+                add_span(span if name in _HELD else None)
             except Exception as error:  # noqa: BLE001 - one span's figures, not the rest
                 self.health.failed("metrics from spans", error, "export_errors")
 

@@ -14,7 +14,7 @@ epoch: its attributes and its context, the exemplar); the others' entry is None.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -54,6 +54,11 @@ class Waiting:
         self.parent_id.append(parent_id)
         self.duration.append(duration)
         self.span.append(span)
+
+    def appends(self) -> tuple[Callable[[Any], None], ...]:
+        """Each column's ``append``, in :meth:`add`'s order: for a loop that adds many (a call
+        less a span). Append to all of them, or to none."""
+        return tuple(column.append for column in self._columns())
 
     def _columns(self) -> tuple[list[Any], ...]:
         return (self.end, self.name, self.span_id, self.parent_id, self.duration, self.span)
