@@ -49,7 +49,7 @@ from .waiting import Waiting
 OTHER = "other"  # the part of a step no part span accounts for
 # Spans that never sit inside a step: the part spans below them count for no step.
 _ABOVE_STEPS = frozenset((semconv.SESSION, semconv.TRAIN, semconv.EPOCH, *semconv.PASSES))
-_HELD = frozenset((semconv.STEP, semconv.BATCH, semconv.EPOCH))  # the spans Ended holds
+_HELD = frozenset((semconv.STEP, semconv.BATCH, semconv.EPOCH))  # held whole: a figure reads them
 _DERIVED = _HELD | frozenset(semconv.STEP_PARTS)  # the spans a figure comes from
 _MAX_PENDING = 10_000  # parents with part spans waiting for them; past it the oldest go
 # Attributes shared by every value that has them (ci.metrics() keeps a reference per value).
