@@ -61,14 +61,28 @@ def any_value(value: Any) -> str:
     return any_value(str(value))
 
 
+# Each attribute key's text before its value, for the first keys seen: a run's spans carry
+# a few keys, over and over.
+_KEY_TEXTS: dict[str, str] = {}
+_MAX_KEY_TEXTS = 4096
+
+
 def key_values(attributes: Mapping[str, Any] | None) -> str:
     """A JSON array of OTLP ``KeyValue``s."""
     if not attributes:
         return "[]"
-    pairs = [
-        f'{{"key":{_quote(key)},"value":{any_value(value)}}}' for key, value in attributes.items()
-    ]
+    pairs = []
+    for key, value in attributes.items():
+        text = _KEY_TEXTS.get(key) or _key_text(key)
+        pairs.append(text + any_value(value) + "}")
     return "[" + ",".join(pairs) + "]"
+
+
+def _key_text(key: str) -> str:
+    text = '{"key":' + _quote(key) + ',"value":'
+    if len(_KEY_TEXTS) < _MAX_KEY_TEXTS:
+        _KEY_TEXTS[key] = text
+    return text
 
 
 def _trace_fields(span: Any) -> tuple[str, str | None, bool]:
