@@ -273,6 +273,26 @@ def itemise(case_name: str, steps: int, rounds: int) -> dict[str, list[float]]:
     return samples
 
 
+def background(steps: int) -> dict[str, float]:
+    """The CPU time of cirron's own threads (flush, sinks, sampler, metric reader) per MLP
+    step, with the default settings (spool and metrics on), from the first step until
+    ``ci.flush()`` returned: the work done off the training thread. Under this package only."""
+    import torch
+
+    torch.set_num_threads(1)
+    case = _mlp_case()
+    case(5)
+    ci.profile(frameworks=["torch"])
+    case(20)  # warm: the instruments are made, the first files written
+    ci.flush()
+    process, thread = time.process_time_ns(), time.thread_time_ns()
+    case(steps)
+    ci.flush()
+    others = (time.process_time_ns() - process) - (time.thread_time_ns() - thread)
+    ci.shutdown()
+    return {"ns": others / steps}
+
+
 def _calls_per_step(case: Callable[[int], None], steps: int = 10) -> float:
     """Python function calls plus C function calls made per step (``sys.setprofile`` sees both)."""
     calls = 0
@@ -399,6 +419,12 @@ def run(quick: bool = False) -> list[Row]:
         ]
 
     trivial = layers["trivial"]
+    off_thread = [
+        reference.run_snippet(
+            reference.call_snippet("torch_steps", "background", steps=200 if quick else 2000)
+        )["ns"]
+        for _ in range(1 if quick else 3)
+    ]
 
     def step(figures: _Figures, name: str = "mlp") -> float:
         return figures.bare(name) + figures.added(name)
@@ -470,6 +496,14 @@ def run(quick: bool = False) -> list[Row]:
             spread=pure.spread("deep400"),
         ),
         *itemised("mlp", ITEMISED),
+        Row(
+            "  MLP: cirron's threads' CPU per step",
+            statistics.median(off_thread),
+            unit="us",
+            spread=half_iqr(off_thread),
+            note="off the training thread (building hook spans, the spool, the metrics, the "
+            "sampler), default settings, until ci.flush() returned; median of processes",
+        ),
         Row(
             "trivial step (1 parameter)",
             statistics.median(trivial[_LAYERS[-1][0]]),

@@ -487,3 +487,49 @@ def test_on_a_gpu_the_device_is_sampled_and_each_step_has_its_cuda_peak():
     assert found["hw.gpu.memory.usage"]["points"]
     peaks = found["cirron.step.cuda.memory.peak_allocated"]["points"]
     assert peaks and all(p["value"] >= 4 << 20 for p in peaks)  # the 4 MB weight at least
+
+
+def _step_figures(batches: list[list]) -> list[tuple]:
+    """The rows a metrics sink of its own records from ``batches`` of ended spans."""
+    from cirron.metrics.from_spans import SpanMetrics
+    from cirron.metrics.instruments import Instruments
+    from cirron.metrics.recorded import Recorded
+    from cirron.otel import semconv
+
+    recorded = Recorded()
+    instruments = Instruments([], recorded, Health())
+    instruments.histogram(semconv.STEP_DURATION, "s", "", [])
+    instruments.summed_counter(semconv.STEP_TIME, "s", "")
+    instruments.summed_counter(semconv.STEP_COUNT, "{step}", "")
+    sink = SpanMetrics(instruments, None, Health())
+    for batch in batches:
+        sink.export(batch)
+    sink.flush()
+    return [(row.name, row.value, dict(row.attributes), row.span_id) for row in recorded.rows]
+
+
+def test_a_step_counts_a_forward_that_reaches_the_sink_a_batch_late_and_out_of_order():
+    # A forward whose GPU time was not known yet reaches the sink a flush after its step,
+    # here inside a scope of the user's, in batches whose spans are not in the order they
+    # ended: the step's figures are those of its spans read in order, at once.
+    profiler = ci.profile(output="none")
+    for _ in range(4):
+        with ci.scope("step"):
+            with ci.scope("mine"), ci.scope("forward"):
+                time.sleep(0.002)
+            with ci.scope("backward"):
+                time.sleep(0.001)
+    ci.flush()
+    spans = [s for s in profiler.recorder.store.ended_spans() if s.name != "cirron.session"]
+    ci.shutdown()
+    steps = [spans[position : position + 4] for position in range(0, len(spans), 4)]
+    late, carried = [], []  # each step's forward (it ends first) in the next batch
+    for forward, *rest in steps:
+        late.append(list(reversed(rest)) + carried)
+        carried = [forward]
+    late.append(carried)
+    expected = _step_figures([spans])
+    assert _step_figures(late) == expected
+    forward_times = [value for name, value, attributes, _ in expected
+                     if attributes.get("cirron.step.part") == "forward"]  # fmt: skip
+    assert len(forward_times) == 4 and min(forward_times) >= 0.002

@@ -61,14 +61,28 @@ def any_value(value: Any) -> str:
     return any_value(str(value))
 
 
+# Each attribute key's text before its value, for the first keys seen: a run's spans carry
+# a few keys, over and over.
+_KEY_TEXTS: dict[str, str] = {}
+_MAX_KEY_TEXTS = 4096
+
+
 def key_values(attributes: Mapping[str, Any] | None) -> str:
     """A JSON array of OTLP ``KeyValue``s."""
     if not attributes:
         return "[]"
-    pairs = [
-        f'{{"key":{_quote(key)},"value":{any_value(value)}}}' for key, value in attributes.items()
-    ]
+    pairs = []
+    for key, value in attributes.items():
+        text = _KEY_TEXTS.get(key) or _key_text(key)
+        pairs.append(text + any_value(value) + "}")
     return "[" + ",".join(pairs) + "]"
+
+
+def _key_text(key: str) -> str:
+    text = '{"key":' + _quote(key) + ',"value":'
+    if len(_KEY_TEXTS) < _MAX_KEY_TEXTS:
+        _KEY_TEXTS[key] = text
+    return text
 
 
 def _trace_fields(span: Any) -> tuple[str, str | None, bool]:
@@ -135,11 +149,24 @@ def _tail(
     return "".join(parts) + "}"
 
 
+# A cirron span in one formatting: (the trace's head, span id, parent, trace state, name,
+# start, end, attributes, flags, the rest).
+_SCOPE_SPAN = '%s%016x%s%s%s%s","endTimeUnixNano":"%s","attributes":%s%s%s'
+_LOCAL_FLAGS = f',"flags":{_FLAGS}'
+_REMOTE_FLAGS = f',"flags":{_FLAGS | _REMOTE_PARENT}'
+
+
 class _Encoder:
-    """Encodes the spans of one request; caches what spans of one trace share."""
+    """Encodes the spans of one request; caches what spans of one trace, or one name, share."""
 
     def __init__(self) -> None:
         self._traces: dict[int, tuple[str, str | None, bool]] = {}
+        # cirron's spans: per trace, the text before the span id and the trace state's
+        # member; per name, the text from the name to the start time; per parent of
+        # cirron's, the member that names it.
+        self._heads: dict[int, tuple[str, str]] = {}
+        self._names: dict[str, str] = {}
+        self._parents: dict[int, str] = {}
 
     def span(self, span: Any) -> str:
         if type(span) is ScopeSpan:
@@ -160,35 +187,65 @@ class _Encoder:
         ) + _tail(span, span.events, span.links, span.status, span.dropped_events)
 
     def _scope_span(self, span: ScopeSpan) -> str:
-        # Our lean span's fields are read directly: its SpanContext is built lazily.
+        """What :func:`_text` and :func:`_tail` write, for one of our lean spans: its fields
+        read directly (its SpanContext is built lazily), and what its trace, its name and its
+        parent share with other spans written once a request. Every span of a run comes
+        here, on a thread that shares the interpreter with training."""
+        head = self._heads.get(span._trace_id)
+        if head is None:
+            head = self._head(span)
+        parent, remote = span._parent_span, False
+        if parent is None:
+            parent_text = '"'
+        elif type(parent) is ScopeSpan:
+            parent_id = parent._span_id
+            parent_text = self._parents.get(parent_id) or self._parent(parent_id)
+        else:
+            parent_context = parent.get_span_context()
+            parent_text, remote = _parent_text(parent_context.span_id), parent_context.is_remote
+        named = self._names.get(span._name) or self._name(span._name)
+        attributes, events = span._attributes, span._events
+        if not span._links and span._status is UNSET_STATUS and not span._dropped_events:
+            rest = _events(events) + "}" if events else "}"  # the common case: marks at most
+        else:
+            rest = _tail(span, events, span._links, span._status, span._dropped_events)
+        return _SCOPE_SPAN % (
+            head[0],
+            span._span_id,
+            parent_text,
+            head[1],
+            named,
+            span._start_time,
+            span._end_time,
+            key_values(attributes) if attributes else "[]",
+            _REMOTE_FLAGS if remote else _LOCAL_FLAGS,
+            rest,
+        )
+
+    def _parent(self, parent_id: int) -> str:
+        text = self._parents[parent_id] = _parent_text(parent_id)
+        return text
+
+    def _name(self, name: str) -> str:
+        named = self._names[name] = (
+            f',"name":{_quote(name)},"kind":{_KIND_INTERNAL},"startTimeUnixNano":"'
+        )
+        return named
+
+    def _head(self, span: ScopeSpan) -> tuple[str, str]:
         trace_id = span._trace_id
         trace = self._traces.get(trace_id)
         if trace is None:
             trace = self._traces[trace_id] = _trace_fields(span)
-        parent = span._parent_span
-        if parent is None:
-            parent_id, remote = None, False
-        elif type(parent) is ScopeSpan:
-            parent_id, remote = parent._span_id, False
-        else:
-            parent_context = parent.get_span_context()
-            parent_id, remote = parent_context.span_id, parent_context.is_remote
-        text = _text(
-            trace,
-            span._span_id,
-            parent_id,
-            remote,
-            span._name,
-            _KIND_INTERNAL,
-            span._start_time,
-            span._end_time,
-            span._attributes,
+        head = self._heads[trace_id] = (
+            f'{{"traceId":"{trace[0]}","spanId":"',
+            ',"traceState":' + _quote(trace[1]) if trace[1] else "",
         )
-        events, links, status = span._events, span._links, span._status
-        if not links and status is UNSET_STATUS and not span._dropped_events:
-            # The common case: at most events (marks).
-            return text + (_events(events) + "}" if events else "}")
-        return text + _tail(span, events, links, status, span._dropped_events)
+        return head
+
+
+def _parent_text(parent_id: int) -> str:
+    return f'","parentSpanId":"{parent_id:016x}"'
 
 
 def _text(
@@ -223,6 +280,19 @@ def _scope_json(scope: Any) -> str:
     return '"scope":{' + fields + "}" + schema + ","
 
 
+def _spans_of(
+    by_resource: dict[int, tuple[Any, dict[Any, list[str]]]], resource: Any, scope: Any
+) -> list[str]:
+    """The list of the spans of ``resource`` and ``scope`` in ``by_resource``, made if new."""
+    entry = by_resource.get(id(resource))
+    if entry is None:
+        entry = by_resource[id(resource)] = (resource, {})
+    encoded = entry[1].get(scope)
+    if encoded is None:
+        encoded = entry[1][scope] = []
+    return encoded
+
+
 def encode_request(spans: Sequence[Any]) -> str:
     """An ``ExportTraceServiceRequest`` as OTLP/JSON text, spans grouped by resource and scope.
 
@@ -230,18 +300,19 @@ def encode_request(spans: Sequence[Any]) -> str:
     """
     encoder = _Encoder()
     by_resource: dict[int, tuple[Any, dict[Any, list[str]]]] = {}
+    # The list of each tracer's spans (cirron's spans): found once a request, not by
+    # hashing a scope (in Python) for every span.
+    by_tracer: dict[Any, list[str]] = {}
     for span in spans:
         if type(span) is ScopeSpan:
-            resource, scope = span._state.resource, span._state.scope
+            encoded = by_tracer.get(span._state)
+            if encoded is None:
+                state = span._state
+                encoded = by_tracer[state] = _spans_of(by_resource, state.resource, state.scope)
+            encoded.append(encoder._scope_span(span))
         else:
-            resource, scope = span.resource, span.instrumentation_scope
-        entry = by_resource.get(id(resource))
-        if entry is None:
-            entry = by_resource[id(resource)] = (resource, {})
-        encoded = entry[1].get(scope)
-        if encoded is None:
-            encoded = entry[1][scope] = []
-        encoded.append(encoder.span(span))
+            encoded = _spans_of(by_resource, span.resource, span.instrumentation_scope)
+            encoded.append(encoder.span(span))
     resource_spans = []
     for resource, scopes in by_resource.values():
         # A span a line (JSON allows the breaks; every string is escaped, so a value never

@@ -35,8 +35,10 @@ session's trace, else that one's). A batch of spans of several resources has a l
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
+import operator
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -62,6 +64,21 @@ def summarize(
     """The index lines of the spool file ``name`` holding ``spans`` (SDK spans, as written
     or as read back): one per resource, in the order first seen. ``open_spans``: the
     process's spans not ended yet, oldest first, for what the run says of itself so far."""
+    return [
+        _line(name, resource, mine, [s for s in open_spans if _same(s._resource, resource)])
+        for resource, mine in _by_resource(list(spans)).values()
+    ]
+
+
+def _by_resource(spans: list[Any]) -> dict[int, tuple[Any, list[Any]]]:
+    """``spans`` by resource (its id), in the order first seen."""
+    try:  # cirron's spans of one tracer (a flush's, as a rule): one resource, asked once
+        one = len(set(map(_STATE_OF, spans))) == 1
+    except AttributeError:  # an SDK span, or one read back
+        one = False
+    if one:
+        resource = spans[0]._resource
+        return {id(resource): (resource, spans)}
     by_resource: dict[int, tuple[Any, list[Any]]] = {}
     for span in spans:
         resource = span._resource  # (SDK spans and cirron's keep it so)
@@ -69,59 +86,41 @@ def summarize(
         if entry is None:
             entry = by_resource[id(resource)] = (resource, [])
         entry[1].append(span)
-    return [
-        _line(name, resource, mine, [s for s in open_spans if _same(s._resource, resource)])
-        for resource, mine in by_resource.values()
-    ]
+    return by_resource
 
 
 def _same(resource: Any, other: Any) -> bool:
     return resource is other or resource == other
 
 
+# Fields read of every span, in C (the sink's thread reads them for every span of a run).
+_STATE_OF = operator.attrgetter("_state")  # a cirron span's tracer
+_NAME_OF = operator.attrgetter("_name")
+_STATUS_OF = operator.attrgetter("_status")
+_START_OF = operator.attrgetter("_start_time")
+_END_OF = operator.attrgetter("_end_time")
+
+
 def _line(
     name: str, resource: Any, spans: Sequence[Any], open_spans: Sequence[Any]
 ) -> dict[str, Any]:
-    names: dict[str, int] = {}
+    names = dict(collections.Counter(map(_NAME_OF, spans)))  # (in the order first seen)
+    start, end, first = _extent(spans)
     newest: dict[str, Any] = {}  # the last train, epoch and session to end in the file
-    errors = 0
-    start = end = None
-    first: Any = None
     sessions = []
-    for span in spans:  # the flush thread's, for every span: fields read directly
-        span_name = span._name
-        names[span_name] = names.get(span_name, 0) + 1
-        if span._status.status_code is StatusCode.ERROR:
-            errors += 1
-        began = span._start_time
-        if start is None or began < start:
-            start, first = began, span
-        ended = span._end_time
-        if ended is None:
-            ended = began
-        if end is None or ended > end:
-            end = ended
-        if span_name in _RUN_NAMES:
-            newest[span_name] = span
-        if span_name == semconv.SESSION:
-            sessions.append(
-                {
-                    "start": began,
-                    "id": format(span.get_span_context().span_id, "016x"),
-                    "trace": format(span.get_span_context().trace_id, "032x"),
-                    "frameworks": [
-                        str(f) for f in (span.attributes or {}).get(semconv.FRAMEWORK) or ()
-                    ],
-                    "failed": span._status.status_code is StatusCode.ERROR,
-                }
-            )
+    if any(run_name in names for run_name in _RUN_NAMES):
+        for span in spans:
+            if span._name in _RUN_NAMES:
+                newest[span._name] = span
+            if span._name == semconv.SESSION:
+                sessions.append(_session(span))
     line = {
         "v": VERSION,
         "file": name,
         "spans": len(spans),
         "steps": names.get(semconv.STEP, 0),
         "batches": names.get(semconv.BATCH, 0),
-        "errors": errors,
+        "errors": _errors(spans),
         "start": start,
         "end": end,
         "first": [start, format(first.get_span_context().trace_id, "032x")] if first else None,
@@ -133,6 +132,39 @@ def _line(
         if span._name in _RUN_NAMES:
             newest[span._name] = span
     return line | _so_far(newest)
+
+
+def _extent(spans: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """(the earliest start, the latest end, the first span to start at the earliest) of
+    ``spans``; a span with no end ends at its start."""
+    if not spans:
+        return None, None, None
+    first = min(spans, key=_START_OF)
+    try:
+        end = max(map(_END_OF, spans))
+    except TypeError:  # some spans with no end, some with one
+        end = None
+    if end is None:
+        end = max(span._start_time if span._end_time is None else span._end_time for span in spans)
+    return first._start_time, end, first
+
+
+def _errors(spans: Sequence[Any]) -> int:
+    """The spans whose status is an error: counted by status object (most share one)."""
+    statuses = collections.Counter(map(_STATUS_OF, spans))
+    return sum(
+        count for status, count in statuses.items() if status.status_code is StatusCode.ERROR
+    )
+
+
+def _session(span: Any) -> dict[str, Any]:
+    return {
+        "start": span._start_time,
+        "id": format(span.get_span_context().span_id, "016x"),
+        "trace": format(span.get_span_context().trace_id, "032x"),
+        "frameworks": [str(f) for f in (span.attributes or {}).get(semconv.FRAMEWORK) or ()],
+        "failed": span._status.status_code is StatusCode.ERROR,
+    }
 
 
 _RUN_NAMES = (semconv.TRAIN, semconv.EPOCH, semconv.SESSION)  # (in _so_far's order)

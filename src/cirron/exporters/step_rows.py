@@ -18,6 +18,7 @@ inside a part of its own name, where its time is already counted.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,6 +72,17 @@ def _number(value: Any) -> Any:
     return value
 
 
+def _by_end(spans: Sequence[Any]) -> list[Any]:
+    """``spans`` in the order they ended (stably); one with no end, at its start."""
+    try:
+        return sorted(spans, key=_END_OF)  # a key read in C: the common case
+    except TypeError:  # ends and no ends (None) compared
+        return sorted(spans, key=_end_key)
+
+
+_END_OF = operator.attrgetter("_end_time")  # (SDK spans and cirron's keep it so)
+
+
 def _end_key(span: Any) -> int:
     end = span._end_time  # (SDK spans and cirron's keep it so)
     return end if end is not None else span._start_time  # type: ignore[no-any-return]
@@ -93,8 +105,17 @@ class StepFold:
         self._trace = None  # each flush's rows name their first trace
         resource = None
         pending = self._pending
-        for span in sorted(spans, key=_end_key):
-            span_id, parent_id = span_ids(span)
+        for span in _by_end(spans):
+            if type(span) is ScopeSpan:  # span_ids, inline: this runs for every span of a run
+                span_id, parent = span._span_id, span._parent_span
+                if parent is None:
+                    parent_id = None
+                elif type(parent) is ScopeSpan:
+                    parent_id = parent._span_id
+                else:
+                    parent_id = parent.get_span_context().span_id
+            else:
+                span_id, parent_id = span_ids(span)
             below = pending.pop(span_id, None)
             name = span._name
             if name in _ROW_NAMES:

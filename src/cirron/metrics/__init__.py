@@ -3,6 +3,7 @@
 - ``from_spans``: the sink that turns ended spans into measurements (marks, step time by
   part, step and epoch counters, each step's CPU time, RSS and CUDA peaks), each recorded
   in the context of its span so that its exemplar links back to it;
+- ``waiting``: the few fields of each ended span that sink holds for a batch, as columns;
 - ``sampler``: the one thread that samples the process's CPU and memory and the GPUs;
 - ``instruments``: the instruments on each meter, and the mark-to-histogram rule;
 - ``providers``: the program's ``MeterProvider`` or cirron's own, with its readers;

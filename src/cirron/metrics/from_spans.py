@@ -22,8 +22,9 @@ not known.
 A span's marks are recorded when it arrives. Its step figures wait one batch, with the
 spans of the next batch that ended before it: a forward whose GPU time was not known yet
 reaches the sink one flush after its step, and must still count in that step. What waits
-is a few fields of each span (:class:`Ended`), never the span with its events; the parts
-of a step travel up as a small tree of part spans, keyed by parent.
+is a few fields of each span, in columns (:class:`~cirron.metrics.waiting.Waiting`: no
+object a span), never the span with its events (but a step's or an epoch's); the parts of
+a step travel up as a small tree of part spans, keyed by parent.
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ from opentelemetry.trace import SpanContext
 from ..exporters.lines import is_point_mark
 from ..otel import semconv
 from ..otel.health import Health
-from ..otel.spans import span_ids
+from ..otel.spans import ScopeSpan, span_ids
 from .instruments import Instruments, span_context_of
 from .summary import EpochSummary
+from .waiting import Waiting
 
 OTHER = "other"  # the part of a step no part span accounts for
 # Spans that never sit inside a step: the part spans below them count for no step.
 _ABOVE_STEPS = frozenset((semconv.SESSION, semconv.TRAIN, semconv.EPOCH, *semconv.PASSES))
-_HELD = frozenset((semconv.STEP, semconv.BATCH, semconv.EPOCH))  # the spans Ended holds
+_HELD = frozenset((semconv.STEP, semconv.BATCH, semconv.EPOCH))  # held whole: a figure reads them
+_DERIVED = _HELD | frozenset(semconv.STEP_PARTS)  # the spans a figure comes from
 _MAX_PENDING = 10_000  # parents with part spans waiting for them; past it the oldest go
 # Attributes shared by every value that has them (ci.metrics() keeps a reference per value).
 _PART_ATTRIBUTES = {part: {semconv.STEP_PART: part} for part in (*semconv.STEP_PARTS, OTHER)}
@@ -93,9 +96,9 @@ def step_parts(parts: list[Part], wall_ns: int, data_load_ns: Any = None) -> dic
 
 
 class Ended(NamedTuple):
-    """What the step figures need of an ended span, held one batch (its marks are recorded
-    when it arrives). The span itself is held only for a step or an epoch (its context is
-    its measurements' exemplar); the rest are ids."""
+    """What the step figures need of a held span that gives figures (a step, a part, an
+    epoch), made when it is handled. The span itself is there only for a step or an epoch
+    (its context is its measurements' exemplar)."""
 
     name: str
     span_id: int
@@ -126,28 +129,26 @@ class SpanMetrics(SpanExporter):
         self.summary = summary
         self.health = health
         self.on_shutdown = on_shutdown
-        self._held: list[Ended] = []
+        self._held = Waiting()
         self._parts: collections.OrderedDict[int, list[Part]] = collections.OrderedDict()
         self._seen_step = False  # a run with step spans: its batch spans are not steps
         self._lock = threading.Lock()  # export (the sink's thread) and flush (the caller's)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         with self._lock:
-            arrived = [ended for ended in map(self._arrive, spans) if ended is not None]
-            if not self._held:
-                self._held = arrived
-                return SpanExportResult.SUCCESS
-            cutoff = max(ended.end_ns for ended in self._held)
-            every = [*self._held, *arrived]
-            self._held = [ended for ended in every if ended.end_ns > cutoff]
-            self._handle([ended for ended in every if ended.end_ns <= cutoff])
+            held = self._held
+            cutoff = max(held.end) if held else None
+            self._arrive(spans)
+            if cutoff is not None:  # what ended by the last batch's end is handled now
+                held.sort()
+                self._handle(held.take_until(cutoff))
         return SpanExportResult.SUCCESS
 
     def flush(self) -> None:
         """Handle every span held (``ci.flush()``, the end of the run)."""
         with self._lock:
-            held, self._held = self._held, []
-            self._handle(held)
+            self._held.sort()
+            self._handle(self._held.take_until())
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.flush()
@@ -159,28 +160,47 @@ class SpanMetrics(SpanExporter):
             self.on_shutdown()
 
     # -- a span arrives: its marks now, the rest held -------------------------------------
-    def _arrive(self, span: ReadableSpan) -> Ended | None:
-        try:
-            span_id, parent_id = span_ids(span)
-            if span.events:
-                context = span.get_span_context()
-                if context is not None:
-                    self._marks(span, context)
-            name = span.name
-            end, start = span.end_time or 0, span.start_time or 0
-            held = name in _HELD  # (only their attributes are read)
-            return Ended(
-                name,
-                span_id,
-                parent_id,
-                end - start if end > start else 0,
-                end,
-                (span.attributes or _NO_ATTRIBUTES) if held else _NO_ATTRIBUTES,
-                span if held else None,
-            )
-        except Exception as error:  # noqa: BLE001 - one span's figures, not the rest
-            self.health.failed("metrics from spans", error, "export_errors")
-            return None
+    def _arrive(self, spans: Sequence[ReadableSpan]) -> None:
+        """Hold each span's fields a batch, its marks recorded now. One loop for the batch,
+        cirron's spans read field by field: it runs for every span of the run."""
+        add_end, add_name, add_id, add_parent, add_duration, add_span = self._held.appends()
+        for span in spans:
+            try:
+                if type(span) is not ScopeSpan:
+                    self._arrive_other(span)
+                    continue
+                if span._events:
+                    self._marks(span, span.get_span_context())
+                name, parent = span._name, span._parent_span
+                if parent is None:
+                    parent_id = None
+                elif type(parent) is ScopeSpan:
+                    parent_id = parent._span_id
+                else:
+                    parent_id = parent.get_span_context().span_id
+                end, start, span_id = span._end_time or 0, span._start_time or 0, span._span_id
+                duration = end - start if end > start else 0
+                # Every field read before the first is held: an error holds no span half.
+                add_end(end)
+                add_name(name)
+                add_id(span_id)
+                add_parent(parent_id)
+                add_duration(duration)
+                add_span(span if name in _HELD else None)
+            except Exception as error:  # noqa: BLE001 - one span's figures, not the rest
+                self.health.failed("metrics from spans", error, "export_errors")
+
+    def _arrive_other(self, span: ReadableSpan) -> None:
+        """:meth:`_arrive` for a span not of cirron's (an SDK span): through its properties."""
+        span_id, parent_id = span_ids(span)
+        if span.events:
+            context = span.get_span_context()
+            if context is not None:
+                self._marks(span, context)
+        name = span.name
+        end, start = span.end_time or 0, span.start_time or 0
+        duration = end - start if end > start else 0
+        self._held.add(end, name, span_id, parent_id, duration, span if name in _HELD else None)
 
     def _marks(self, span: ReadableSpan, context: SpanContext) -> None:
         otel_context = span_context_of(context)
@@ -199,10 +219,22 @@ class SpanMetrics(SpanExporter):
                     self.summary.mark(event.name, value, event.timestamp)
 
     # -- one held span at a time, children before parents ---------------------------------
-    def _handle(self, held: list[Ended]) -> None:
-        for ended in sorted(held, key=lambda ended: ended.end_ns):
+    def _handle(self, held: Waiting) -> None:
+        """``held``, sorted by end: children before their parents."""
+        parts = self._parts
+        for end, name, span_id, parent_id, duration, span in held:
             try:
-                self._ended(ended)
+                if name in _DERIVED:
+                    # (only a step's, a batch's and an epoch's attributes are read)
+                    attributes = (
+                        _NO_ATTRIBUTES if span is None else span.attributes or _NO_ATTRIBUTES
+                    )
+                    self._ended(Ended(name, span_id, parent_id, duration, end, attributes, span))
+                    continue
+                # Any other span (most of them): only the parts inside it, if any, go up.
+                inside = parts.pop(span_id, None)
+                if inside and name not in _ABOVE_STEPS:
+                    self._pass_up(parent_id, inside)  # a scope between a step and its parts
             except Exception as error:  # noqa: BLE001 - one span's figures, not the rest
                 self.health.failed("metrics from spans", error, "export_errors")
 
@@ -213,16 +245,16 @@ class SpanMetrics(SpanExporter):
             self._seen_step = self._seen_step or name == semconv.STEP
             self._step(ended, inside)
         elif name in semconv.STEP_PARTS:
-            self._pass_up(ended, [Part(name, ended.duration_ns, inside)])
+            self._pass_up(ended.parent_id, [Part(name, ended.duration_ns, inside)])
         elif name == semconv.EPOCH:
             self._epoch(ended)
         elif inside and name not in _ABOVE_STEPS:
-            self._pass_up(ended, inside)  # a scope of the user's between a step and its parts
+            self._pass_up(ended.parent_id, inside)  # a batch inside a step
 
-    def _pass_up(self, ended: Ended, parts: list[Part]) -> None:
-        if ended.parent_id is None:
+    def _pass_up(self, parent_id: int | None, parts: list[Part]) -> None:
+        if parent_id is None:
             return
-        self._parts.setdefault(ended.parent_id, []).extend(parts)
+        self._parts.setdefault(parent_id, []).extend(parts)
         if len(self._parts) > _MAX_PENDING:
             self._parts.popitem(last=False)
 
@@ -233,9 +265,17 @@ class SpanMetrics(SpanExporter):
         span = ended.context
         context = span_context_of(span)
         record(semconv.STEP_DURATION, wall / 1e9, _NO_ATTRIBUTES, end, span, context)
-        for part, ns in step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS)).items():
-            if ns > 0 or part == OTHER:
-                add(semconv.STEP_TIME, ns / 1e9, _PART_ATTRIBUTES[part], end, span)
+        by_part = step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS))
+        self.instruments.add_each(
+            semconv.STEP_TIME,
+            [
+                (ns / 1e9, _PART_ATTRIBUTES[part])
+                for part, ns in by_part.items()
+                if ns > 0 or part == OTHER
+            ],
+            end,
+            span,
+        )
         add(semconv.STEP_COUNT, 1, _NO_ATTRIBUTES, end, span)
         for attribute, (instrument, scale) in STEP_FIGURES.items():
             value = attributes.get(attribute)

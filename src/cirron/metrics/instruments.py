@@ -36,7 +36,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from ..otel import semconv
 from ..otel.health import Health, printable
-from .recorded import Recorded
+from .recorded import Recorded, Row
 
 _log = logging.getLogger("cirron")
 METER_NAME = "cirron"
@@ -201,6 +201,27 @@ class Instruments:
         else:
             entry[0] += value  # one thread adds (the metrics sink's)
         self._kept(name, value, attributes, time_ns, span)
+
+    def add_each(
+        self,
+        name: str,
+        values: list[tuple[float | int, Mapping[str, Any]]],
+        time_ns: int,
+        span: SpanContext | None,
+    ) -> None:
+        """:meth:`add` of each (value, attributes) in ``values``, in one call (a step's time
+        by part: the sink's thread adds them for every step)."""
+        totals = self._totals[name]
+        trace_id, span_id = (span.trace_id, span.span_id) if span is not None else (0, 0)
+        rows = []
+        for value, attributes in values:
+            entry = totals.get(id(attributes))
+            if entry is None:
+                totals[id(attributes)] = [value, attributes]
+            else:
+                entry[0] += value
+            rows.append(Row(name, time_ns, value, attributes, trace_id, span_id))
+        self.recorded.extend(rows)
 
     def _kept(
         self,

@@ -41,6 +41,7 @@ class Recorded:
         self.rows: collections.deque[Row] = collections.deque(maxlen=capacity)
         self.instruments: dict[str, Instrument] = {}
         self._added = itertools.count()
+        self._extended = 0  # rows added by extend() (the metrics sink's thread only)
 
     def describe(self, name: str, kind: str, unit: str, description: str) -> None:
         self.instruments[name] = Instrument(kind, unit, description)
@@ -59,11 +60,16 @@ class Recorded:
         self.rows.append(Row(name, time_ns, value, attributes, trace_id, span_id))
         next(self._added)
 
+    def extend(self, rows: list[Row]) -> None:
+        """Several rows at once (the metrics sink's, only: its count is not atomic)."""
+        self.rows.extend(rows)
+        self._extended += len(rows)
+
     @property
     def evicted(self) -> int:
         """Rows dropped to keep :data:`CAPACITY` (the oldest)."""
         added = int(repr(self._added)[6:-1])  # count(5) -> 5; reading never advances it
-        return max(0, added - len(self.rows))
+        return max(0, added + self._extended - len(self.rows))
 
     def snapshot(self) -> list[Row]:
         while True:
