@@ -505,7 +505,7 @@ def _step_figures(batches: list[list]) -> list[tuple]:
     for batch in batches:
         sink.export(batch)
     sink.flush()
-    return [(row.name, row.value, dict(row.attributes), row.span_id) for row in recorded.rows]
+    return [(row.name, row.value, dict(row.attributes), row.span_id) for row in recorded.snapshot()]
 
 
 def test_a_step_counts_a_forward_that_reaches_the_sink_a_batch_late_and_out_of_order():

@@ -36,7 +36,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from ..otel import semconv
 from ..otel.health import Health, printable
-from .recorded import Recorded, Row
+from .recorded import Recorded, held
 
 _log = logging.getLogger("cirron")
 METER_NAME = "cirron"
@@ -220,7 +220,7 @@ class Instruments:
                 totals[id(attributes)] = [value, attributes]
             else:
                 entry[0] += value
-            rows.append(Row(name, time_ns, value, attributes, trace_id, span_id))
+            rows.append(held(name, time_ns, value, attributes, trace_id, span_id))
         self.recorded.extend(rows)
 
     def _kept(

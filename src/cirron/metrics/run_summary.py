@@ -65,7 +65,8 @@ def _parts(instruments: Instruments) -> dict[str, float]:
 
 def _durations(instruments: Instruments) -> list[float]:
     """The step durations ``ci.metrics()`` still holds (the recent ones), in seconds."""
-    return [row.value for row in instruments.recorded.rows if row.name == semconv.STEP_DURATION]
+    rows = instruments.recorded.snapshot()
+    return [row.value for row in rows if row.name == semconv.STEP_DURATION]
 
 
 def lines(instruments: Instruments, elapsed_ns: int | None, path: str | None) -> list[str]:
@@ -157,7 +158,7 @@ def last_marks(instruments: Instruments) -> dict[str, Any]:
     """The last value of each mark (by its name), from what ``ci.metrics()`` holds."""
     names = {name: mark for mark, name in instruments.marks.items()}
     found: dict[str, Any] = {}
-    for row in instruments.recorded.rows:
+    for row in instruments.recorded.snapshot():
         if row.name in names and isinstance(row.value, int | float):
             found[names[row.name]] = row.value
     return {mark: value for mark, value in found.items() if math.isfinite(value)}
