@@ -315,10 +315,10 @@ def _read_file(
         match = bare(line)
         record: _Span | None
         if match is not None:
-            parent = match[2]
+            span_id, parent, named, start, end = match.groups()
             record = _Span(
-                int(match[1], 16), int(parent, 16) if parent else None, match[3],
-                int(match[4]), int(match[5]) or None, None, [],
+                int(span_id, 16), int(parent, 16) if parent else None, named, int(start),
+                int(end) or None, None, [],
             )  # fmt: skip
         else:
             try:
@@ -500,10 +500,15 @@ class _Trace:
         arguments = _arguments(span.attributes) if span.attributes else {}
         name = category
         if semconv.INDEX in arguments:
-            name = json.dumps(f"{shown}[{arguments[semconv.INDEX]}]")
+            index = arguments[semconv.INDEX]
+            if type(index) is int:  # (what json.dumps would write: digits need no escape)
+                name = f'{category[:-1]}[{index}]"'
+            else:
+                name = json.dumps(f"{shown}[{index}]")
         children = process.waiting.pop(span.span_id, None)
+        ordered = sorted(children, key=_start_order) if children else ()
         snapshot = kind == semconv.SNAPSHOT
-        whole = end is not None and not snapshot and (not children or _nest(children, start, end))
+        whole = end is not None and not snapshot and _nest(ordered, start, end)
         pieces: list[Any] = []
         if end is not None:
             pieces.append(self._slice(process, name, category, arguments, start, end))
@@ -513,17 +518,17 @@ class _Trace:
             marks = self._marks(process, span.events)
             if marks:
                 pieces.append(marks)
-        for piece in pieces:
-            self.held += len(piece)
+        self.held += sum(map(len, pieces))
         item = _Item(start, end, span.span_id, span.parent, kind, whole, pieces)
         if end is None:
             item.unfinished = (name, category, arguments)
         self.fresh.append(item)
         if whole:
-            if children:
-                for child in sorted(children, key=_start_order):
-                    _extend(pieces, child.pieces)
-                    child.pieces = []
+            for child in ordered:
+                _extend(pieces, child.pieces)
+                child.pieces = []
+            if len(pieces) > 1 and all(type(piece) is str for piece in pieces):
+                item.pieces = ["".join(pieces)]  # (a step and its parts: one text, not six)
             siblings = (
                 process.laid_out
                 if span.parent is None
@@ -614,9 +619,10 @@ class _Trace:
                     process.first_dropped = at
                 continue
             named = self._named(mark)[1]
+            number = repr(value) if type(value) in (int, float) else json.dumps(value)
             out.append(
                 f',\n{{"name": {named}, "ph": "C", "ts": {(at - self.origin) / 1000!r}, '
-                f'"pid": {process.pid}, "args": {{{named}: {json.dumps(value)}}}}}'
+                f'"pid": {process.pid}, "args": {{{named}: {number}}}}}'
             )
         return "".join(out)
 
@@ -678,11 +684,11 @@ def _start_order(item: _Item) -> tuple[int, int]:
     return item.start, -(item.end or 0)
 
 
-def _nest(children: list[_Item], start: int, end: int) -> bool:
-    """Whether ``children`` lie on their parent's track inside it, one after another (each
-    whole itself): then the parent and they are one subtree."""
+def _nest(children: Sequence[_Item], start: int, end: int) -> bool:
+    """Whether ``children`` (in start order) lie on their parent's track inside it, one after
+    another (each whole itself): then the parent and they are one subtree."""
     previous = start
-    for child in sorted(children, key=_start_order):
+    for child in children:
         if not child.whole or child.end is None:
             return False
         if child.start < previous or child.end > end:
@@ -717,14 +723,14 @@ def _wait(items: list[_Item], item: _Item) -> bool:
 
 def _extend(pieces: list[Any], more: list[Any]) -> None:
     """Append ``more`` to ``pieces``, a piece of the scratch file right after the last one
-    joining it."""
-    for piece in more:
-        if pieces and isinstance(piece, tuple) and isinstance(pieces[-1], tuple):
-            offset, length = pieces[-1]
-            if offset + length == piece[0]:
-                pieces[-1] = (offset, length + piece[1])
-                continue
-        pieces.append(piece)
+    joining it (within ``more``, made by this too, such pieces are joined already)."""
+    if more and pieces and type(more[0]) is tuple and type(pieces[-1]) is tuple:
+        offset, length = pieces[-1]
+        if offset + length == more[0][0]:
+            pieces[-1] = (offset, length + more[0][1])
+            pieces.extend(itertools.islice(more, 1, None))
+            return
+    pieces.extend(more)
 
 
 # -- processes ------------------------------------------------------------------------------
