@@ -40,7 +40,7 @@ the format does not ask for more (a viewer sorts them).
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import itertools
 import json
 import math
@@ -129,7 +129,9 @@ class _Process:
     last: int = 0  # the latest end (or start) of a span: where a span that never ended ends
     waiting: dict[int | None, list[_Item]] = field(default_factory=dict)  # by parent not yet read
     laid_out: list[_Item] = field(default_factory=list)  # what the layout places at the end
-    ending: list[tuple[float, int, int, _Span]] = field(default_factory=list)  # a heap, as read
+    # The spans read and not yet added, in the order they ended (from ``added`` on)
+    ending: list[tuple[float, int, int, _Span]] = field(default_factory=list)
+    added: int = 0
     newest: float = 0  # the latest end read
     dropped: dict[str, int] = field(default_factory=dict)  # non-finite marks, by name
     first_dropped: int | None = None
@@ -474,18 +476,34 @@ class _Trace:
         """Add a span read from the spool: in the order the spans ended, each once every
         span that ended before it (and by :data:`_LATE_NS` may come after it) is read."""
         end = span.end if span.end is not None else math.inf
-        heapq.heappush(process.ending, (end, -span.start, next(self.read), span))
+        key = (end, -span.start, next(self.read), span)
+        ending = process.ending
+        # The spool holds spans about as they ended: most go at the end, in order (cheaper
+        # than a heap's push and pop); a late one is put in its place.
+        if not ending or ending[-1] < key:
+            ending.append(key)
+        else:
+            bisect.insort(ending, key, lo=process.added)
         if end > process.newest:
             process.newest = end
-        ending = process.ending
-        while ending and ending[0][0] < process.newest - _LATE_NS:
-            self.add(process, heapq.heappop(ending)[3])
+        self._add_before(process, process.newest - _LATE_NS)
 
     def ended(self) -> None:
         """Add the spans still held for one that may come late: none will now."""
         for process in self.processes:
-            while process.ending:
-                self.add(process, heapq.heappop(process.ending)[3])
+            self._add_before(process, math.inf)
+            process.ending, process.added = [], 0
+
+    def _add_before(self, process: _Process, moment: float) -> None:
+        """Add the spans held that ended before ``moment`` (all: ``math.inf``)."""
+        ending, at = process.ending, process.added
+        while at < len(ending) and (ending[at][0] < moment or moment == math.inf):
+            self.add(process, ending[at][3])
+            at += 1
+        if at > 4096 and at * 2 > len(ending):  # let go of what was added
+            del ending[:at]
+            at = 0
+        process.added = at
 
     def add(self, process: _Process, span: _Span) -> None:
         """Add a span whose children (those that ended before it) were added before it."""
@@ -508,7 +526,7 @@ class _Trace:
         children = process.waiting.pop(span.span_id, None)
         ordered = sorted(children, key=_start_order) if children else ()
         snapshot = kind == semconv.SNAPSHOT
-        whole = end is not None and not snapshot and _nest(ordered, start, end)
+        whole = end is not None and not snapshot and (not ordered or _nest(ordered, start, end))
         pieces: list[Any] = []
         if end is not None:
             pieces.append(self._slice(process, name, category, arguments, start, end))
