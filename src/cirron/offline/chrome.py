@@ -41,12 +41,14 @@ the format does not ask for more (a viewer sorts them).
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import json
 import math
 import os
 import re
 import tempfile
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -55,6 +57,7 @@ from ..exporters import files, spool_reader
 from ..exporters.otlp_json_decoder import decode_span, plain_attributes
 from ..otel import semconv
 from ..otel.version import __version__
+from . import worker
 from .steps import named_parent
 
 TRAINING_TRACK = "training"
@@ -205,8 +208,7 @@ def write_spool(
     def fill(stream: IO[str]) -> None:
         with _scratch(path) as scratch:
             trace.scratch = scratch
-            for name in names:
-                _read_file(trace, name, on_problem)
+            _read_files(trace, list(names), on_problem)
             trace.ended()
             _write_document(stream, trace, origin)
 
@@ -292,49 +294,111 @@ _BARE_SPAN = re.compile(
 )
 
 
-def _read_file(
-    trace: _Trace, name: str, on_problem: Callable[[spool_reader.Problem], None]
+def _read_files(
+    trace: _Trace, names: list[str], on_problem: Callable[[spool_reader.Problem], None]
 ) -> None:
-    """Add the spans of the spool file ``name`` that belong to ``trace``'s processes: from
-    its lines when cirron wrote it (:func:`cirron.exporters.spool_reader.span_lines`), else
-    from its request as the reader gives it."""
+    """Add the spans of the spool files ``names`` that belong to ``trace``'s processes: each
+    file parsed in a worker process (:mod:`cirron.offline.worker`) while the spans of the
+    one before are laid out here; one cirron did not write is read here, the long way."""
+    parse = functools.partial(_parsed, keys=frozenset(trace.by_key))
+    with worker.results(parse, names) as parsed:
+        for name, found in zip(names, parsed, strict=True):
+            if found is None:
+                _read_request(trace, name, on_problem)
+                continue
+            key, columns, skipped = found
+            process = trace.by_key.get(key)
+            if process is not None:
+                _offer_columns(trace, process, columns)
+            _say(name, None, skipped, on_problem)
+
+
+def _parsed(name: str, keys: frozenset[tuple[Any, ...]]) -> _Parsed | None:
+    """(the process's key, its spans, what was skipped) of the spool file ``name``, from its
+    lines (:func:`cirron.exporters.spool_reader.span_lines`); None for a file cirron did not
+    write so. The spans of a process not in ``keys`` are not read."""
     found = spool_reader.span_lines(name)
     if found is None:
-        _read_request(trace, name, on_problem)
-        return
+        return None
     listed, lines = found
     try:
         attributes = plain_attributes(listed)
     except ValueError:
-        _read_request(trace, name, on_problem)
-        return
-    process = trace.by_key.get(process_key(attributes))
-    if process is None:
-        return
+        return None
+    key = process_key(attributes)
+    columns = _Columns()
     skipped: list[str] = []
-    bare = _BARE_SPAN.fullmatch
-    for line in lines:
-        match = bare(line)
-        record: _Span | None
-        if match is not None:
-            span_id, parent, named, start, end = match.groups()
-            record = _Span(
-                int(span_id, 16), int(parent, 16) if parent else None, named, int(start),
-                int(end) or None, None, [],
-            )  # fmt: skip
+    if key in keys:
+        for line in lines:
+            columns.add(line, attributes, skipped)
+    return key, columns, skipped
+
+
+class _Columns:
+    """A file's spans as columns (numbers as arrays: cheap to hand from the worker); a span
+    not laid out as the bare ones (attributes, events) as the fields of a :class:`_Span`."""
+
+    def __init__(self) -> None:
+        self.ids, self.parents, self.starts, self.ends = (array("Q") for _ in range(4))
+        self.parented = bytearray()
+        self.names: list[str] = []
+        self.others: dict[int, tuple[Any, ...] | None] = {}  # by position; None: skipped
+        self._known: dict[str, str] = {}  # each name one str (pickled once)
+
+    def add(self, line: str, attributes: dict[str, Any], skipped: list[str]) -> None:
+        match = _BARE_SPAN.fullmatch(line)
+        if match is None:
+            record = _record(line, attributes, skipped)
+            self.others[len(self.names)] = None if record is None else _fields(record)
+            span_id, parent, named, start, end = "0", None, "", "0", "0"
         else:
-            try:
-                span = json.loads(line)
-            except (ValueError, RecursionError) as error:  # (a whole file: never so far)
-                skipped.append(f"a line that is not JSON ({error})")
-                continue
-            try:
-                record = _from_json(span)
-            except Exception:  # not the shape cirron writes: as the decoder reads it
-                record = _decoded(span, attributes, {}, skipped)
-        if record is not None:
-            trace.offer(process, record)
-    _say(name, None, skipped, on_problem)
+            span_id, parent, named, start, end = match.groups()
+        self.ids.append(int(span_id, 16))
+        self.parents.append(int(parent, 16) if parent else 0)
+        self.parented.append(1 if parent else 0)
+        self.names.append(self._known.setdefault(named, named))
+        self.starts.append(int(start))
+        self.ends.append(int(end))
+
+
+_Parsed = tuple[tuple[Any, ...], _Columns, list[str]]  # a file's process, spans, skipped lines
+
+
+def _offer_columns(trace: _Trace, process: _Process, columns: _Columns) -> None:
+    others = columns.others
+    spans = zip(
+        columns.ids, columns.parents, columns.parented, columns.names, columns.starts,
+        columns.ends, strict=True,
+    )  # fmt: skip
+    for position, (span_id, parent, parented, name, start, end) in enumerate(spans):
+        if others and position in others:
+            fields = others[position]
+            if fields is not None:
+                trace.offer(process, _Span(*fields))
+            continue
+        span = _Span(span_id, parent if parented else None, name, start, end or None, None, [])
+        trace.offer(process, span)
+
+
+def _record(line: str, attributes: dict[str, Any], skipped: list[str]) -> _Span | None:
+    """The span of a line that is not bare, as cirron writes it or as the decoder reads it;
+    None (and why in ``skipped``) for one that does not read."""
+    try:
+        span = json.loads(line)
+    except (ValueError, RecursionError) as error:  # (a whole file: never so far)
+        skipped.append(f"a line that is not JSON ({error})")
+        return None
+    try:
+        return _from_json(span)
+    except Exception:  # not the shape cirron writes: as the decoder reads it
+        return _decoded(span, attributes, {}, skipped)
+
+
+def _fields(span: _Span) -> tuple[Any, ...]:
+    """A span's fields, plain (what pickle takes: an SDK span's attributes hold a lock)."""
+    attributes = None if span.attributes is None else dict(span.attributes)
+    events = [(name, at, None if a is None else dict(a)) for name, at, a in span.events]
+    return span.span_id, span.parent, span.name, span.start, span.end, attributes, events
 
 
 def _read_request(
