@@ -35,7 +35,8 @@ as soon as it is whole, and back-to-back subtrees under one parent are kept as o
 the spans that open other tracks (threads, snapshots) are laid out at the end. Event text
 beyond 32 MB goes to a scratch file beside the output, so what the export holds does not
 grow with the run. Events are in time order on each track, a parent before its children;
-the format does not ask for more (a viewer sorts them).
+the format does not ask for more (a viewer sorts them). The files are parsed in a worker
+process (:mod:`cirron.offline.worker`) while the spans of the one before are laid out.
 """
 
 from __future__ import annotations
