@@ -57,8 +57,8 @@ def read_runs(
     load = keep.load if keep is not None else _whole
     # With rows, little of a file is kept: it is read and sifted in a worker process.
     with worker.results(load, names, use_worker=keep is not None) as loaded:
-        for name, (found, passed) in zip(names, loaded, strict=True):
-            read = spool_reader.decode_file(name, found)
+        for name, (request, passed) in zip(names, loaded, strict=True):
+            read = spool_reader.decode_file(name, request)
             if read.problem is not None:
                 on_problem(read.problem)
             spans += read.spans
