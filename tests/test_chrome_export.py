@@ -405,3 +405,57 @@ def test_a_trace_past_what_memory_holds_goes_through_a_scratch_file(
     assert problems == [] and count == len(decoded_spans(threaded))
     assert strict_json((tmp_path / "small.json").read_text())["traceEvents"] == whole
     assert sorted(os.listdir(tmp_path)) == ["small.json", "whole.json"]  # no scratch file left
+
+
+# -- parsed in a worker process -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    """The benchmark's synthetic run of 5,000 steps: three spool files and their index."""
+    from benchmarks.long_runs import write_spool
+
+    folder = tmp_path_factory.mktemp("synthetic")
+    write_spool(folder / ".cirron", 5000)
+    return folder
+
+
+def test_files_parsed_in_a_worker_give_the_trace_read_in_one_process(
+    synthetic, tmp_path, monkeypatch
+):
+    """The export parses spool files in a worker process; where none can be made (here:
+    forking refused) it reads them itself, to the same trace, and no process is left."""
+    import multiprocessing
+
+    assert len(spool_files(str(synthetic / ".cirron"))) == 3
+    worked = exported(synthetic, tmp_path / "worked.json")
+
+    def refused(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.context.ForkContext, "Pool", refused)
+    alone = tmp_path / "alone.json"
+    written = chrome.write_spool(*synthetic_arguments(synthetic), str(alone), print)
+    assert written == 5000 * 5 + 5 + 1  # steps and their parts, the epochs, the session
+    assert laid_out(strict_json(alone.read_text())["traceEvents"]) == laid_out(worked)
+    assert multiprocessing.active_children() == []
+    assert sorted(os.listdir(tmp_path)) == ["alone.json", "worked.json"]
+
+
+def test_an_error_in_the_worker_ends_the_export_and_the_worker(synthetic, tmp_path, monkeypatch):
+    import multiprocessing
+
+    def broken(name: str) -> Any:
+        raise MemoryError(f"parsing {os.path.basename(name)}")
+
+    monkeypatch.setattr(chrome.spool_reader, "span_lines", broken)  # (the worker's too)
+    with pytest.raises(MemoryError, match="parsing 1000-000001"):
+        chrome.write_spool(*synthetic_arguments(synthetic), str(tmp_path / "t.json"), print)
+    assert multiprocessing.active_children() == []
+    assert os.listdir(tmp_path) == []  # no trace, no scratch file
+
+
+def synthetic_arguments(folder: Path) -> tuple[list[str], list[Any], int]:
+    """What ``cirron export`` hands ``chrome.write_spool`` for the synthetic run."""
+    text = (folder / ".cirron" / "index" / "1000.jsonl").read_text()
+    lines = [json.loads(line) for line in text.splitlines()]
+    start = min(line["start"] for line in lines)  # (the session's, in the last file)
+    return spool_files(str(folder / ".cirron")), [(lines[0]["resource"], start)], start

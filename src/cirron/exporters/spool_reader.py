@@ -142,12 +142,32 @@ def read_file(
     A ``keep`` with a ``line`` method is asked about each span line of a file cirron wrote
     (a span a line), and a line it says False of is not even parsed.
     """
+    return decode_file(name, load_file(name, repair=repair, keep=keep))
+
+
+Loaded = tuple[Any, Any, bool]  # (the request or None, what was wrong, whether repaired)
+
+
+def load_file(
+    name: str, *, repair: bool = True, keep: Callable[[dict[str, Any]], bool] | None = None
+) -> Loaded:
+    """The first half of :func:`read_file`: the request of the spool file ``name``, less
+    what ``keep`` passes over, not yet decoded (plain JSON: what a worker process hands back),
+    with what was wrong and whether it was repaired."""
     with collector_paused():
         document, damage, repaired = _load(name, repair, keep)
-        if document is None:
-            return SpoolFile(name, [], {"resourceSpans": []}, Problem(name, str(damage)))
-        if keep is not None:  # (again after its lines: a damaged file was read otherwise)
-            _leave_out(document, keep)
+        if document is not None and keep is not None:  # (again after its lines: a damaged
+            _leave_out(document, keep)  # file was read otherwise)
+    return document, damage, repaired
+
+
+def decode_file(name: str, loaded: Loaded) -> SpoolFile:
+    """The second half of :func:`read_file`: the spool file ``name`` of its request as
+    :func:`load_file` gave it, decoded."""
+    document, damage, repaired = loaded
+    if document is None:
+        return SpoolFile(name, [], {"resourceSpans": []}, Problem(name, str(damage)))
+    with collector_paused():
         decoder = RequestDecoder()
         try:
             spans, request = decoder.decode(document)

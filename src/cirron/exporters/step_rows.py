@@ -17,9 +17,11 @@ inside a part of its own name, where its time is already counted.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Sequence
+from operator import add
 from typing import Any
 
 from opentelemetry.trace import StatusCode
@@ -255,11 +257,12 @@ def pack_rows(columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
 def unpack_rows(packed: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """The columns :func:`pack_rows` packed."""
     columns = dict(packed)
-    starts: list[int] = []
-    walls = packed["wall"]
-    for row, value in enumerate(packed["start"]):
-        starts.append(value if not row else starts[-1] + walls[row - 1] + value)
-    columns["start"] = starts
+    starts, walls = packed["start"], packed["wall"]
+    # (itertools: a million steps' rows are read at C speed, the same sums as a loop's)
+    columns["start"] = list(itertools.accumulate(starts[:1] + list(map(add, walls, starts[1:]))))
+    if None not in packed["index"]:
+        columns["index"] = list(itertools.accumulate(packed["index"]))
+        return columns
     indexes: list[int | None] = []
     previous = 0
     for step in packed["index"]:
@@ -286,15 +289,15 @@ def pack(items: list[list[Any]], columns: dict[str, list[Any]]) -> dict[str, lis
     return packed
 
 
-def unpack(packed: dict[str, list[Any]], starts: list[int], walls: list[int]) -> list[list[Any]]:
-    """The ``[row, value(, time)]`` items :func:`pack` packed, given the rows' columns."""
-    rows, row = [], 0
-    for step in packed["row"]:
-        row += step
-        rows.append(row)
+def unpack(
+    packed: dict[str, list[Any]], starts: list[int], walls: list[int]
+) -> tuple[list[int], list[Any], list[int] | None]:
+    """The rows, values and times (None: no ``at``) of the items :func:`pack` packed, given
+    the rows' columns, as columns."""
+    rows, values = list(itertools.accumulate(packed["row"])), packed["value"]
+    if len(rows) != len(values):
+        raise ValueError("packed rows and values differ in length")
     if "at" not in packed:
-        return [[row, value] for row, value in zip(rows, packed["value"], strict=True)]
-    return [
-        [row, value, starts[row] + walls[row] - at]
-        for row, value, at in zip(rows, packed["value"], packed["at"], strict=True)
-    ]
+        return rows, values, None
+    times = [starts[row] + walls[row] - at for row, at in zip(rows, packed["at"], strict=True)]
+    return rows, values, times

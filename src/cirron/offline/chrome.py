@@ -35,18 +35,21 @@ as soon as it is whole, and back-to-back subtrees under one parent are kept as o
 the spans that open other tracks (threads, snapshots) are laid out at the end. Event text
 beyond 32 MB goes to a scratch file beside the output, so what the export holds does not
 grow with the run. Events are in time order on each track, a parent before its children;
-the format does not ask for more (a viewer sorts them).
+the format does not ask for more (a viewer sorts them). The files are parsed in a worker
+process (:mod:`cirron.offline.worker`) while the spans of the one before are laid out.
 """
 
 from __future__ import annotations
 
-import heapq
+import bisect
+import functools
 import itertools
 import json
 import math
 import os
 import re
 import tempfile
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -55,6 +58,7 @@ from ..exporters import files, spool_reader
 from ..exporters.otlp_json_decoder import decode_span, plain_attributes
 from ..otel import semconv
 from ..otel.version import __version__
+from . import worker
 from .steps import named_parent
 
 TRAINING_TRACK = "training"
@@ -129,7 +133,9 @@ class _Process:
     last: int = 0  # the latest end (or start) of a span: where a span that never ended ends
     waiting: dict[int | None, list[_Item]] = field(default_factory=dict)  # by parent not yet read
     laid_out: list[_Item] = field(default_factory=list)  # what the layout places at the end
-    ending: list[tuple[float, int, int, _Span]] = field(default_factory=list)  # a heap, as read
+    # The spans read and not yet added, in the order they ended (from ``added`` on)
+    ending: list[tuple[float, int, int, _Span]] = field(default_factory=list)
+    added: int = 0
     newest: float = 0  # the latest end read
     dropped: dict[str, int] = field(default_factory=dict)  # non-finite marks, by name
     first_dropped: int | None = None
@@ -203,8 +209,7 @@ def write_spool(
     def fill(stream: IO[str]) -> None:
         with _scratch(path) as scratch:
             trace.scratch = scratch
-            for name in names:
-                _read_file(trace, name, on_problem)
+            _read_files(trace, list(names), on_problem)
             trace.ended()
             _write_document(stream, trace, origin)
 
@@ -290,49 +295,111 @@ _BARE_SPAN = re.compile(
 )
 
 
-def _read_file(
-    trace: _Trace, name: str, on_problem: Callable[[spool_reader.Problem], None]
+def _read_files(
+    trace: _Trace, names: list[str], on_problem: Callable[[spool_reader.Problem], None]
 ) -> None:
-    """Add the spans of the spool file ``name`` that belong to ``trace``'s processes: from
-    its lines when cirron wrote it (:func:`cirron.exporters.spool_reader.span_lines`), else
-    from its request as the reader gives it."""
+    """Add the spans of the spool files ``names`` that belong to ``trace``'s processes: each
+    file parsed in a worker process (:mod:`cirron.offline.worker`) while the spans of the
+    one before are laid out here; one cirron did not write is read here, the long way."""
+    parse = functools.partial(_parsed, keys=frozenset(trace.by_key))
+    with worker.results(parse, names) as parsed:
+        for name, found in zip(names, parsed, strict=True):
+            if found is None:
+                _read_request(trace, name, on_problem)
+                continue
+            key, columns, skipped = found
+            process = trace.by_key.get(key)
+            if process is not None:
+                _offer_columns(trace, process, columns)
+            _say(name, None, skipped, on_problem)
+
+
+def _parsed(name: str, keys: frozenset[tuple[Any, ...]]) -> _Parsed | None:
+    """(the process's key, its spans, what was skipped) of the spool file ``name``, from its
+    lines (:func:`cirron.exporters.spool_reader.span_lines`); None for a file cirron did not
+    write so. The spans of a process not in ``keys`` are not read."""
     found = spool_reader.span_lines(name)
     if found is None:
-        _read_request(trace, name, on_problem)
-        return
+        return None
     listed, lines = found
     try:
         attributes = plain_attributes(listed)
     except ValueError:
-        _read_request(trace, name, on_problem)
-        return
-    process = trace.by_key.get(process_key(attributes))
-    if process is None:
-        return
+        return None
+    key = process_key(attributes)
+    columns = _Columns()
     skipped: list[str] = []
-    bare = _BARE_SPAN.fullmatch
-    for line in lines:
-        match = bare(line)
-        record: _Span | None
-        if match is not None:
-            parent = match[2]
-            record = _Span(
-                int(match[1], 16), int(parent, 16) if parent else None, match[3],
-                int(match[4]), int(match[5]) or None, None, [],
-            )  # fmt: skip
+    if key in keys:
+        for line in lines:
+            columns.add(line, attributes, skipped)
+    return key, columns, skipped
+
+
+class _Columns:
+    """A file's spans as columns (numbers as arrays: cheap to hand from the worker); a span
+    not laid out as the bare ones (attributes, events) as the fields of a :class:`_Span`."""
+
+    def __init__(self) -> None:
+        self.ids, self.parents, self.starts, self.ends = (array("Q") for _ in range(4))
+        self.parented = bytearray()
+        self.names: list[str] = []
+        self.others: dict[int, tuple[Any, ...] | None] = {}  # by position; None: skipped
+        self._known: dict[str, str] = {}  # each name one str (pickled once)
+
+    def add(self, line: str, attributes: dict[str, Any], skipped: list[str]) -> None:
+        match = _BARE_SPAN.fullmatch(line)
+        if match is None:
+            record = _record(line, attributes, skipped)
+            self.others[len(self.names)] = None if record is None else _fields(record)
+            span_id, parent, named, start, end = "0", None, "", "0", "0"
         else:
-            try:
-                span = json.loads(line)
-            except (ValueError, RecursionError) as error:  # (a whole file: never so far)
-                skipped.append(f"a line that is not JSON ({error})")
-                continue
-            try:
-                record = _from_json(span)
-            except Exception:  # not the shape cirron writes: as the decoder reads it
-                record = _decoded(span, attributes, {}, skipped)
-        if record is not None:
-            trace.offer(process, record)
-    _say(name, None, skipped, on_problem)
+            span_id, parent, named, start, end = match.groups()
+        self.ids.append(int(span_id, 16))
+        self.parents.append(int(parent, 16) if parent else 0)
+        self.parented.append(1 if parent else 0)
+        self.names.append(self._known.setdefault(named, named))
+        self.starts.append(int(start))
+        self.ends.append(int(end))
+
+
+_Parsed = tuple[tuple[Any, ...], _Columns, list[str]]  # a file's process, spans, skipped lines
+
+
+def _offer_columns(trace: _Trace, process: _Process, columns: _Columns) -> None:
+    others = columns.others
+    spans = zip(
+        columns.ids, columns.parents, columns.parented, columns.names, columns.starts,
+        columns.ends, strict=True,
+    )  # fmt: skip
+    for position, (span_id, parent, parented, name, start, end) in enumerate(spans):
+        if others and position in others:
+            fields = others[position]
+            if fields is not None:
+                trace.offer(process, _Span(*fields))
+            continue
+        span = _Span(span_id, parent if parented else None, name, start, end or None, None, [])
+        trace.offer(process, span)
+
+
+def _record(line: str, attributes: dict[str, Any], skipped: list[str]) -> _Span | None:
+    """The span of a line that is not bare, as cirron writes it or as the decoder reads it;
+    None (and why in ``skipped``) for one that does not read."""
+    try:
+        span = json.loads(line)
+    except (ValueError, RecursionError) as error:  # (a whole file: never so far)
+        skipped.append(f"a line that is not JSON ({error})")
+        return None
+    try:
+        return _from_json(span)
+    except Exception:  # not the shape cirron writes: as the decoder reads it
+        return _decoded(span, attributes, {}, skipped)
+
+
+def _fields(span: _Span) -> tuple[Any, ...]:
+    """A span's fields, plain (what pickle takes: an SDK span's attributes hold a lock)."""
+    attributes = None if span.attributes is None else dict(span.attributes)
+    events = [(name, at, None if a is None else dict(a)) for name, at, a in span.events]
+    return span.span_id, span.parent, span.name, span.start, span.end, attributes, events
 
 
 def _read_request(
@@ -474,18 +541,34 @@ class _Trace:
         """Add a span read from the spool: in the order the spans ended, each once every
         span that ended before it (and by :data:`_LATE_NS` may come after it) is read."""
         end = span.end if span.end is not None else math.inf
-        heapq.heappush(process.ending, (end, -span.start, next(self.read), span))
+        key = (end, -span.start, next(self.read), span)
+        ending = process.ending
+        # The spool holds spans about as they ended: most go at the end, in order (cheaper
+        # than a heap's push and pop); a late one is put in its place.
+        if not ending or ending[-1] < key:
+            ending.append(key)
+        else:
+            bisect.insort(ending, key, lo=process.added)
         if end > process.newest:
             process.newest = end
-        ending = process.ending
-        while ending and ending[0][0] < process.newest - _LATE_NS:
-            self.add(process, heapq.heappop(ending)[3])
+        self._add_before(process, process.newest - _LATE_NS)
 
     def ended(self) -> None:
         """Add the spans still held for one that may come late: none will now."""
         for process in self.processes:
-            while process.ending:
-                self.add(process, heapq.heappop(process.ending)[3])
+            self._add_before(process, math.inf)
+            process.ending, process.added = [], 0
+
+    def _add_before(self, process: _Process, moment: float) -> None:
+        """Add the spans held that ended before ``moment`` (all: ``math.inf``)."""
+        ending, at = process.ending, process.added
+        while at < len(ending) and (ending[at][0] < moment or moment == math.inf):
+            self.add(process, ending[at][3])
+            at += 1
+        if at > 4096 and at * 2 > len(ending):  # let go of what was added
+            del ending[:at]
+            at = 0
+        process.added = at
 
     def add(self, process: _Process, span: _Span) -> None:
         """Add a span whose children (those that ended before it) were added before it."""
@@ -500,10 +583,15 @@ class _Trace:
         arguments = _arguments(span.attributes) if span.attributes else {}
         name = category
         if semconv.INDEX in arguments:
-            name = json.dumps(f"{shown}[{arguments[semconv.INDEX]}]")
+            index = arguments[semconv.INDEX]
+            if type(index) is int:  # (what json.dumps would write: digits need no escape)
+                name = f'{category[:-1]}[{index}]"'
+            else:
+                name = json.dumps(f"{shown}[{index}]")
         children = process.waiting.pop(span.span_id, None)
+        ordered = sorted(children, key=_start_order) if children else ()
         snapshot = kind == semconv.SNAPSHOT
-        whole = end is not None and not snapshot and (not children or _nest(children, start, end))
+        whole = end is not None and not snapshot and (not ordered or _nest(ordered, start, end))
         pieces: list[Any] = []
         if end is not None:
             pieces.append(self._slice(process, name, category, arguments, start, end))
@@ -513,17 +601,17 @@ class _Trace:
             marks = self._marks(process, span.events)
             if marks:
                 pieces.append(marks)
-        for piece in pieces:
-            self.held += len(piece)
+        self.held += sum(map(len, pieces))
         item = _Item(start, end, span.span_id, span.parent, kind, whole, pieces)
         if end is None:
             item.unfinished = (name, category, arguments)
         self.fresh.append(item)
         if whole:
-            if children:
-                for child in sorted(children, key=_start_order):
-                    _extend(pieces, child.pieces)
-                    child.pieces = []
+            for child in ordered:
+                _extend(pieces, child.pieces)
+                child.pieces = []
+            if len(pieces) > 1 and all(type(piece) is str for piece in pieces):
+                item.pieces = ["".join(pieces)]  # (a step and its parts: one text, not six)
             siblings = (
                 process.laid_out
                 if span.parent is None
@@ -614,9 +702,10 @@ class _Trace:
                     process.first_dropped = at
                 continue
             named = self._named(mark)[1]
+            number = repr(value) if type(value) in (int, float) else json.dumps(value)
             out.append(
                 f',\n{{"name": {named}, "ph": "C", "ts": {(at - self.origin) / 1000!r}, '
-                f'"pid": {process.pid}, "args": {{{named}: {json.dumps(value)}}}}}'
+                f'"pid": {process.pid}, "args": {{{named}: {number}}}}}'
             )
         return "".join(out)
 
@@ -678,11 +767,11 @@ def _start_order(item: _Item) -> tuple[int, int]:
     return item.start, -(item.end or 0)
 
 
-def _nest(children: list[_Item], start: int, end: int) -> bool:
-    """Whether ``children`` lie on their parent's track inside it, one after another (each
-    whole itself): then the parent and they are one subtree."""
+def _nest(children: Sequence[_Item], start: int, end: int) -> bool:
+    """Whether ``children`` (in start order) lie on their parent's track inside it, one after
+    another (each whole itself): then the parent and they are one subtree."""
     previous = start
-    for child in sorted(children, key=_start_order):
+    for child in children:
         if not child.whole or child.end is None:
             return False
         if child.start < previous or child.end > end:
@@ -717,14 +806,14 @@ def _wait(items: list[_Item], item: _Item) -> bool:
 
 def _extend(pieces: list[Any], more: list[Any]) -> None:
     """Append ``more`` to ``pieces``, a piece of the scratch file right after the last one
-    joining it."""
-    for piece in more:
-        if pieces and isinstance(piece, tuple) and isinstance(pieces[-1], tuple):
-            offset, length = pieces[-1]
-            if offset + length == piece[0]:
-                pieces[-1] = (offset, length + piece[1])
-                continue
-        pieces.append(piece)
+    joining it (within ``more``, made by this too, such pieces are joined already)."""
+    if more and pieces and type(more[0]) is tuple and type(pieces[-1]) is tuple:
+        offset, length = pieces[-1]
+        if offset + length == more[0][0]:
+            pieces[-1] = (offset, length + more[0][1])
+            pieces.extend(itertools.islice(more, 1, None))
+            return
+    pieces.extend(more)
 
 
 # -- processes ------------------------------------------------------------------------------

@@ -47,12 +47,15 @@ def diagnose(run: Run) -> list[Finding]:
     findings: list[Finding] = []
     for process, timeline in timelines:
         who = f"{process.label}: " if several else ""
+        marks = _point_marks(timeline)  # (read once for both: a million steps take seconds)
+        non_finite, loss = _non_finite_marks(who, timeline, marks), _loss_trend(who, marks)
+        del marks
         findings += _failures(who, timeline)
-        findings += _non_finite_marks(who, timeline)
+        findings += non_finite
         findings += step_findings.skipped_steps(who, timeline)
         findings += step_findings.input_share(who, timeline, run.frameworks)
         findings += step_findings.slow_steps(who, timeline)
-        findings += _loss_trend(who, timeline)
+        findings += loss
         findings += step_findings.gaps(who, timeline)
         findings += resource_findings.memory_creep(who, timeline)
         findings += resource_findings.cpu_competition(who, timeline)
@@ -178,9 +181,12 @@ def _where(timeline: Timeline, span: Any, time_ns: int) -> str:
     return f"{span.name} {index}" if index is not None else f"`{span.name}`"
 
 
-def _non_finite_marks(who: str, timeline: Timeline) -> list[Finding]:
+def _non_finite_marks(
+    who: str, timeline: Timeline, marks: dict[str, list[tuple[Any, Any, int]]]
+) -> list[Finding]:
+    """``marks``: the timeline's point marks (:func:`_point_marks`)."""
     findings = []
-    series: dict[str, list[tuple[Any, Any, int]]] = dict(_point_marks(timeline))
+    series: dict[str, list[tuple[Any, Any, int]]] = dict(marks)
     for name, summary in _summary_marks(timeline).items():
         series[name] = series.get(name, []) + [
             (span, value, span.start_time) for span, value in summary
@@ -215,15 +221,18 @@ def _loss_name(names: list[str]) -> str | None:
 
 def loss_series(timeline: Timeline) -> tuple[str, list[float]] | None:
     """The training loss mark's name and its finite values in time order; None: no loss mark."""
-    marks = _point_marks(timeline)
+    return _loss_in(_point_marks(timeline))
+
+
+def _loss_in(marks: dict[str, list[tuple[Any, Any, int]]]) -> tuple[str, list[float]] | None:
     name = _loss_name(sorted(marks))
     if name is None:
         return None
     return name, [float(value) for _span, value, _time in marks[name] if math.isfinite(value)]
 
 
-def _loss_trend(who: str, timeline: Timeline) -> list[Finding]:
-    found = loss_series(timeline)
+def _loss_trend(who: str, marks: dict[str, list[tuple[Any, Any, int]]]) -> list[Finding]:
+    found = _loss_in(marks)
     if found is None:
         return []
     name, values = found

@@ -9,6 +9,10 @@ spans of five in a plain torch loop. A step whose row holds all the findings rea
 (numbers and number marks, no error) is its row (:class:`cirron.offline.step_table.RowSpan`),
 its span passed over too. Every other span is read as before, and a process the index does
 not cover is read whole.
+
+Where the index has rows, the files are read, inflated and sifted in a worker process
+(:mod:`cirron.offline.worker`), a few ahead, while the spans kept of each (its epochs, the
+session, what went wrong) are decoded here.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from opentelemetry.sdk.resources import Resource
 
 from ..exporters import spool_index, spool_reader
 from ..otel import semconv
-from . import step_table
+from . import step_table, worker
 from .runs import Run, process_key, process_key_of, runs_of
 
 # Spans that need their part spans: a collective's place is in the backward it ran in.
 _NEEDS_PARTS = (semconv.COLLECTIVE,)
+# Where cirron's encoder puts a child span's ids and name in its line (see _Keep.line).
+_SPAN_ID, _PARENT_ID, _NAME = '","spanId":"', ',"parentSpanId":"', ',"name":"'
 
 
 def read_runs(
@@ -47,18 +53,20 @@ def read_runs(
         spans += table.row_spans(Resource(table.resource))
     keep = _Keep(steps, partial) if tables else None
     passed_over: dict[tuple[Any, ...], int] = {}
-    for name in spool_reader.spool_files(path):
-        if keep is not None:
-            keep.passed_over = 0
-        read = spool_reader.read_file(name, keep=keep)
-        if read.problem is not None:
-            on_problem(read.problem)
-        spans += read.spans
-        if keep is not None and keep.passed_over:  # (only a file with a line has rows)
-            key = process_key_of(lines[os.path.basename(name)][0]["resource"])
-            passed_over[key] = passed_over.get(key, 0) + keep.passed_over
-        if progress is not None:
-            progress()
+    names = spool_reader.spool_files(path)
+    load = keep.load if keep is not None else _whole
+    # With rows, little of a file is kept: it is read and sifted in a worker process.
+    with worker.results(load, names, use_worker=keep is not None) as loaded:
+        for name, (request, passed) in zip(names, loaded, strict=True):
+            read = spool_reader.decode_file(name, request)
+            if read.problem is not None:
+                on_problem(read.problem)
+            spans += read.spans
+            if passed:  # (only a file with a line has rows)
+                key = process_key_of(lines[os.path.basename(name)][0]["resource"])
+                passed_over[key] = passed_over.get(key, 0) + passed
+            if progress is not None:
+                progress()
     found = runs_of(spans)
     for run in found:
         for process in run.processes:
@@ -83,6 +91,12 @@ def _tables(path: str, lines: dict[str, list[dict[str, Any]]]) -> list[step_tabl
     return [table for table in tables if table.key not in needs_parts]
 
 
+def _whole(name: str) -> tuple[spool_reader.Loaded, int]:
+    """The spool file ``name`` read (:func:`cirron.exporters.spool_reader.load_file`), no
+    span passed over."""
+    return spool_reader.load_file(name), 0
+
+
 class _Keep:
     """Whether to decode a span (an OTLP/JSON dict): not when its row stands for it, nor
     when it only makes a part of a step whose row is read (counted in ``passed_over``)."""
@@ -93,8 +107,33 @@ class _Keep:
         self.rows = frozenset((semconv.STEP, semconv.BATCH))
         self.passed_over = 0
 
+    def load(self, name: str) -> tuple[spool_reader.Loaded, int]:
+        """The spool file ``name`` read, less what it passes over, and how many spans that
+        made a step's part it passed over."""
+        self.passed_over = 0
+        return spool_reader.load_file(name, keep=self), self.passed_over
+
     def line(self, line: str) -> bool:
         """The same, asked of a span's line before it is parsed."""
+        # Most lines are a child's, laid out as spool_reader.span_line_ids reads them: read
+        # here at once (a million steps are five million lines, each asked).
+        if line.startswith(_SPAN_ID, 44) and line.startswith(_PARENT_ID, 73):
+            end = line.find('"', 116)
+            if line.startswith(_NAME, 107) and end > 0 and line[end - 1] != "\\":
+                name = line[116:end]
+                if name in self.rows:
+                    span_id = line[56:72]
+                    return span_id not in self.steps or span_id in self.partial
+                if (
+                    name in self.parts
+                    and line[90:106] in self.steps
+                    and '"events":' not in line
+                    and '"links":' not in line
+                    and '"status":' not in line
+                ):
+                    self.passed_over += 1
+                    return False
+                return True
         ids = spool_reader.span_line_ids(line)
         if ids is None:
             return True  # not laid out as ours: parse it, and ask of the dict
