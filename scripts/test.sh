@@ -10,4 +10,6 @@ bash scripts/setup.sh
 # The documentation site, strictly: a broken link or a warning fails (docs/, mkdocs.yml).
 # Not --quiet: it silences the warnings --strict counts, and a broken link then passes.
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .site
-exec .venv/bin/python -m pytest -q "$@"
+# Two processes (pytest-xdist), a test file each at a time: a file's shared fixtures (a training
+# run, a receiver, a torchrun) are set up once; most tests wait on a subprocess or a server.
+exec .venv/bin/python -m pytest -q -n 2 --dist loadfile "$@"

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,3 +67,39 @@ def _reset() -> None:
     ci.shutdown()
     ci.shutdown()  # the second call also drops an in-memory recorder
     cirron.profiler._last = None
+
+
+# The reliability suite's measured figures (tests/reliability/). They are kept here, not in
+# its own conftest, because under pytest-xdist only this conftest is loaded where the summary
+# is printed: each worker hands its figures to the controller at its end.
+_FIGURES: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="session")
+def figures() -> dict[str, Any]:
+    """Record a measured figure: ``figures["backend down: speed ratio"] = 1.02``."""
+    return _FIGURES
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker
+        workeroutput["cirron_figures"] = json.dumps(_FIGURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """An xdist worker ended: its figures join the controller's."""
+    _FIGURES.update(json.loads(getattr(node, "workeroutput", {}).get("cirron_figures", "{}")))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _FIGURES:
+        return
+    terminalreporter.section("cirron reliability figures")
+    for key, value in _FIGURES.items():
+        terminalreporter.write_line(f"{key}: {value}")
+    target = os.environ.get("CIRRON_FIGURES")
+    if target:
+        with open(target, "w", encoding="utf-8") as stream:
+            json.dump(_FIGURES, stream, indent=2, sort_keys=True)
