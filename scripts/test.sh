@@ -10,9 +10,14 @@ bash scripts/setup.sh
 # The documentation site, strictly: a broken link or a warning fails (docs/, mkdocs.yml).
 # Not --quiet: it silences the warnings --strict counts, and a broken link then passes.
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .site
-.venv/bin/python -m pytest -q "$@"
+# Bytecode for the package's modules, once: each test's subprocess then loads it instead of
+# compiling every module (a machine with PYTHONDONTWRITEBYTECODE=1 writes none by itself).
+.venv/bin/python -m compileall -q src/cirron
+# Two processes (pytest-xdist), a test file each at a time: a file's shared fixtures (a training
+# run, a receiver, a torchrun) are set up once; most tests wait on a subprocess or a server.
+.venv/bin/python -m pytest -q -n 2 --dist loadfile "$@"
 # The torch hooks once more on their pure-Python twin, which a platform without the compiled
 # helper runs (src/cirron/hot.py); the run above used the compiled one where it is built.
 if [ $# -eq 0 ]; then
-    CIRRON_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_torch.py
+    CIRRON_PURE_PYTHON=1 .venv/bin/python -m pytest -q -n 0 tests/test_torch.py
 fi

@@ -279,6 +279,7 @@ pinned = pytest.mark.skipif(
 
 
 @pinned
+@pytest.mark.alone
 def test_a_loop_beside_two_cpu_hogs_on_its_core_is_told_the_machine_competed(tmp_path):
     # 40 steps of 20 ms: measured on the default cadence (one every 0.1 s), 8 of them or so.
     known_run(tmp_path, "--steps", "40", "--compute-ms", "20", "--pin", "--hogs", "2")
@@ -300,6 +301,7 @@ def test_a_loop_beside_two_cpu_hogs_on_its_core_is_told_the_machine_competed(tmp
 
 
 @pinned
+@pytest.mark.alone
 def test_a_loop_that_sleeps_beside_cpu_hogs_is_not_told_the_machine_competed(tmp_path):
     # On the CPU a few % of its steps' time, the rest asleep: not waiting for a CPU, but for
     # its sleep to end (woken, it waits a few ms for the core: competition too, but small).
@@ -309,6 +311,7 @@ def test_a_loop_that_sleeps_beside_cpu_hogs_is_not_told_the_machine_competed(tmp
 
 
 @pinned
+@pytest.mark.alone
 def test_a_loop_that_waits_for_data_is_not_told_the_machine_competed(tmp_path):
     known_run(tmp_path, "--steps", "40", "--fetch-ms", "20", "--compute-ms", "1", "--pin")
     found = findings(tmp_path)
@@ -316,6 +319,7 @@ def test_a_loop_that_waits_for_data_is_not_told_the_machine_competed(tmp_path):
     assert not cpu_competition(found)
 
 
+@pytest.mark.alone
 def test_the_same_loop_without_the_hogs_is_not_told_the_machine_competed(tmp_path):
     # Unpinned: the loop runs on whichever core is free, as a training run does.
     known_run(tmp_path, "--steps", "40", "--compute-ms", "20")

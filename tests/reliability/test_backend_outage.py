@@ -70,6 +70,7 @@ def speed_runs(servers, tmp_path_factory) -> dict[str, list[SteadyRun]]:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_training_speed_is_the_same_with_the_backend_down(speed_runs, figures):
     up = statistics.mean(run.trained["train_seconds"] for run in speed_runs["up"])
     figures["backend up: seconds for 1200 batches"] = round(up, 3)
