@@ -374,7 +374,7 @@ def run(quick: bool = False) -> list[Row]:
     ours_results, reference_results = reference.run_both(code, runs)
     ours = _Figures(ours_results)
     # The same under the pure-Python hooks, which every platform without the compiled
-    # helper runs (cirron.hot); the rows above use the compiled one where it is built.
+    # helper runs (cirron.recording.hot); the rows above use the compiled one where it is built.
     pure = _Figures([reference.run_snippet(PURE_PYTHON + code) for _ in range(runs)])
     theirs = _Figures(reference_results) if reference_results else None
     # Deterministic: one process per SDK is enough.

@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 profile=${1:-test}
 # setup.py and the C file: a changed extension is built again (the editable install holds it).
-wanted=$(cat pyproject.toml setup.py src/cirron/_hot.c constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+wanted=$(cat pyproject.toml setup.py src/cirron/recording/_hot.c constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 done_for() { [ -f "$VENV/.cirron-setup-$1" ] && [ "$(cat "$VENV/.cirron-setup-$1")" = "$wanted" ]; }
 
 if [ -x "$VENV/bin/python" ] && { done_for test || { [ "$profile" = demo ] && done_for demo; }; }; then

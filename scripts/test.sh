@@ -17,7 +17,7 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .site
 # run, a receiver, a torchrun) are set up once; most tests wait on a subprocess or a server.
 .venv/bin/python -m pytest -q -n 2 --dist loadfile "$@"
 # The torch hooks once more on their pure-Python twin, which a platform without the compiled
-# helper runs (src/cirron/hot.py); the run above used the compiled one where it is built.
+# helper runs (src/cirron/recording/hot.py); the run above used the compiled one where it is built.
 if [ $# -eq 0 ]; then
     CIRRON_PURE_PYTHON=1 .venv/bin/python -m pytest -q -n 0 tests/test_torch.py
 fi

@@ -363,8 +363,10 @@ def laid_out(events: list[dict[str, Any]]) -> collections.Counter[str]:
 def respooled(directory: Path, into: Path, late: set[str]) -> Path:
     """The run's spool rewritten in two files: the spans named in ``late`` in the second, as
     the processor writes spans that waited for their GPU time, after their parents."""
-    request = json.loads(spool_text(Path(spool_files(str(directory / ".cirron"))[0])))
-    spans = request["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    # (One file, or more where a flush came during the run: a busy machine's run is slower.)
+    requests = [json.loads(spool_text(Path(f))) for f in spool_files(str(directory / ".cirron"))]
+    request = requests[0]
+    spans = [s for each in requests for s in each["resourceSpans"][0]["scopeSpans"][0]["spans"]]
     folder = into / ".cirron" / "spool"
     folder.mkdir(parents=True)
     for number, part in enumerate(
@@ -376,7 +378,6 @@ def respooled(directory: Path, into: Path, late: set[str]) -> Path:
 
 
 def test_spans_written_after_their_parent_are_laid_out_as_if_in_order(threaded, tmp_path):
-    assert len(spool_files(str(threaded / ".cirron"))) == 1
     late = respooled(threaded, tmp_path / "late", {"forward", "backward", "data_load"})
     streamed = exported(late, tmp_path / "trace.json")
     assert overlaps(streamed) == []

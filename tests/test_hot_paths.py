@@ -1,4 +1,4 @@
-"""The compiled ``nn.Module.__call__`` (``cirron._hot``) and its pure-Python twin give the same
+"""The compiled ``nn.Module.__call__`` (``cirron.recording._hot``) and its pure-Python twin give the same
 trace: each loop below runs once on each path, in this process, and the trees must match.
 
 The rest of the torch tests run on whichever path this install has (``ci.health()["hot_path"]``);
@@ -12,7 +12,7 @@ import inspect
 import pytest
 
 import cirron as ci
-from cirron import hot
+from cirron.recording import hot
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402

@@ -44,7 +44,7 @@ def installed(tmp_path_factory) -> Path:
     run(sys.executable, "-m", "build", "--outdir", root / "dist", source, cwd=root)
     (wheel,) = (root / "dist").glob("cirron_otel-*.whl")
     # Built here, with a compiler: the compiled hooks are in it, so the wheel is this
-    # platform's (cirron.hot).
+    # platform's (cirron.recording.hot).
     assert wheel.name.startswith(f"cirron_otel-{__version__}-cp3")
     assert wheel.name.endswith("linux_x86_64.whl"), wheel.name
     venv = root / "venv"
@@ -71,7 +71,7 @@ def test_the_sdist_installs_with_no_compiler_and_runs_the_pure_hooks(installed, 
     target = tmp_path / "from-sdist"
     run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
         "--target", target, sdist, cwd=tmp_path, CC="false", LDSHARED="false")  # fmt: skip
-    assert not list(target.glob("cirron/_hot*"))  # neither built nor its source
+    assert not list(target.glob("cirron/recording/_hot*"))  # neither built nor its source
     result = run(installed / "python", "-c", HOT_PATH, cwd=tmp_path, PYTHONPATH=str(target))
     assert result.stdout.strip() == "python (the compiled helper is not built in this install)"
 

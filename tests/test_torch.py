@@ -32,10 +32,9 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 
 import cirron.training  # noqa: E402
-from cirron import hot  # noqa: E402
 from cirron.instrumentors.torch import TorchInstrumentor  # noqa: E402
 from cirron.instrumentors.torch_steps import TorchLoop  # noqa: E402
-from cirron.recording import hook_spans  # noqa: E402
+from cirron.recording import hook_spans, hot  # noqa: E402
 from cirron.snapshots.watch import watched_models  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -16,17 +16,22 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Status, StatusCode, get_current_span
 
 from . import config as config_module
-from . import exporters, hot, lifecycle, registry, training
+from . import exporters, lifecycle, registry, training
 from .config import Settings
 from .exporters.sinks import SinkWorker
 from .metrics import Recorded
 from .metrics import render as render_metrics
+
+# Imported at start, not at the first ci.trace(): a module imported at exit after an uncaught
+# Ctrl-C may define a named tuple (statistics does), whose eval() of a string makes CPython
+# forget the KeyboardInterrupt, and the process then ends with 1, not as SIGINT ends it.
+from .offline import readback
 from .otel import other_providers, provider, semconv, spans
 from .otel.health import Health
 from .otel.processor import RingBufferSpanProcessor
 from .otel.spans import ScopeSpan
 from .otel.store import TraceStore
-from .recording import hook_spans, recorder
+from .recording import hook_spans, hot, recorder
 from .recording.guard import call_guarded
 from .recording.recorder import Recorder
 from .recording.scopes import close_with_error
@@ -242,8 +247,6 @@ class Profiler:
 
     def trace(self, format: str = "text", name: str | None = None, last: int | None = None) -> Any:
         """This profiler's spans; see :func:`cirron.trace`."""
-        from .offline import readback  # the reader's code: only a call of ci.trace() needs it
-
         return readback.render(self.recorder if self.enabled else None, format, name, last)
 
     def metrics(self, format: str = "df") -> Any:
@@ -593,8 +596,6 @@ def trace(format: str = "text", name: str | None = None, last: int | None = None
         rec = _last
     if rec is not None and not rec.enabled:
         rec = None
-    from .offline import readback  # the reader's code: only a call of ci.trace() needs it
-
     return readback.render(rec, format, name, last)
 
 

@@ -11,9 +11,8 @@ import time
 import weakref
 from typing import Any
 
-from .. import hot
 from ..otel import semconv
-from ..recording import hook_spans
+from ..recording import hook_spans, hot
 from ..recording.guard import call_guarded, guarded, report
 from ..recording.hook_spans import HookSpan
 from . import torch_collectives, torch_comm_hooks
@@ -140,7 +139,7 @@ def _control_flow(error: BaseException) -> bool:
 
 def _forward_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
     """An outermost module call, with the "inside a forward" flag set: a ``forward`` span
-    around ``original``. The compiled ``__call__`` (:mod:`cirron.hot`) calls it too."""
+    around ``original``. The compiled ``__call__`` (:mod:`cirron.recording.hot`) calls it too."""
     # A loss module (and any module inside it, e.g. a perceptual loss's
     # network) is not a forward of the model.
     if isinstance(self, _loss_class[0]):
@@ -180,7 +179,7 @@ def _outermost_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
 
 def make_module_call(original: Any) -> Any:
     """Our ``nn.Module.__call__``: a span for the outermost call only; the compiled twin
-    (:mod:`cirron.hot`) where it is built, else the pure-Python one below.
+    (:mod:`cirron.recording.hot`) where it is built, else the pure-Python one below.
 
     Submodules take the first branch, one read of a module-level flag, and
     then do what torch's own ``__call__`` (``_wrapped_call_impl``) does in

@@ -2,7 +2,7 @@
  *
  * The pure-Python implementation (cirron.instrumentors.torch_modules.make_module_call) is
  * the reference; this file does the same, and only what runs for every module call of a
- * model. cirron.hot picks it, or the pure twin when it is missing or CIRRON_PURE_PYTHON=1.
+ * model. cirron.recording.hot picks it, or the pure twin when it is missing or CIRRON_PURE_PYTHON=1.
  *
  * A submodule call (inside an outermost forward) goes straight to torch's own
  * ``_call_impl`` (or a compiled module's ``_compiled_call_impl``) with no Python frame of
@@ -177,7 +177,7 @@ static PyGetSetDef module_call_getset[] = {
 
 static PyTypeObject ModuleCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cirron._hot.ModuleCall",
+    .tp_name = "cirron.recording._hot.ModuleCall",
     .tp_doc = "ModuleCall(original, outermost, torch_call): cirron's nn.Module.__call__.",
     .tp_basicsize = sizeof(ModuleCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
@@ -194,8 +194,8 @@ static PyTypeObject ModuleCallType = {
 
 static struct PyModuleDef hot_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "cirron._hot",
-    .m_doc = "The compiled twin of cirron's hottest hook entry (see cirron.hot).",
+    .m_name = "cirron.recording._hot",
+    .m_doc = "The compiled twin of cirron's hottest hook entry (see cirron.recording.hot).",
     .m_size = -1,
 };
 

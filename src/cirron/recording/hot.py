@@ -1,6 +1,6 @@
 """Which twin of the hottest hook entry runs: the compiled one, or the pure-Python one.
 
-Like ``wrapt``, cirron ships a small optional C extension, :mod:`cirron._hot`,
+Like ``wrapt``, cirron ships a small optional C extension, :mod:`cirron.recording._hot`,
 built from the sdist wherever a C compiler is present (a Linux x86_64 wheel
 carries it built). It holds only what runs for every module call of a model:
 torch's ``nn.Module.__call__``. The pure-Python twin
@@ -18,8 +18,8 @@ import logging
 import os
 from typing import Any
 
-from .config import flag_text
-from .otel import environment as env
+from ..config import flag_text
+from ..otel import environment as env
 
 _log = logging.getLogger("cirron")
 
