@@ -191,8 +191,8 @@ def begin_step(
             step.cpu = current.boundary  # fetch began with no step open): measured from there
             if step.cpu is not None:
                 current.measured_ns = current.boundary_ns
-        else:
-            step.cpu = resources.cpu_mark(current)
+        else:  # decided where it began: a fetch that was not due is not measured from here
+            step.cpu = resources.cpu_mark(current, start_ns)
         if epoch is not None:
             epoch.steps += 1
         if rec.settings.step_sampling is not None:

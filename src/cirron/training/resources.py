@@ -161,7 +161,7 @@ class _RunDelay:
 run_delay = _RunDelay()
 
 
-def cpu_mark(state: TrainingState) -> Mark | None:
+def cpu_mark(state: TrainingState, began_ns: int | None = None) -> Mark | None:
     """Where a step that begins now begins on this thread: (thread, its CPU clock) when the
     step is to be measured, else None.
 
@@ -173,8 +173,11 @@ def cpu_mark(state: TrainingState) -> Mark | None:
     each exact for its step, and a step as long as the interval or longer carries them
     always."""
     now = _time_ns()
-    # (The wall clock, as the steps' beginnings: one set back measures the next step.)
-    if state.measured_ns and 0 <= now - state.measured_ns < state.measure_every_ns:
+    # (The wall clock, as the steps' beginnings: one set back measures the next step.) Asked
+    # where the step began (``began_ns``: its fetch, when that was not due and so not marked):
+    # a step that falls due only after it began is not measured from a later point.
+    since = now if began_ns is None else began_ns
+    if state.measured_ns and 0 <= since - state.measured_ns < state.measure_every_ns:
         return None
     state.measured_ns = now
     return mark()
