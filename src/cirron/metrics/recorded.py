@@ -81,12 +81,18 @@ class Recorded:
         return max(0, added + self._extended - len(self.rows))
 
     def snapshot(self) -> list[Row]:
+        return [Row(n, t, v, dict(a), trace, span) for n, t, v, a, trace, span in self._copy()]
+
+    def values(self) -> list[tuple[str, float | int]]:
+        """Each row's name and value, oldest first, with no row made (the run's summary)."""
+        return [(row[0], row[2]) for row in self._copy()]
+
+    def _copy(self) -> list[tuple[Any, ...]]:
         while True:
             try:
-                rows = list(self.rows)
+                return list(self.rows)
             except RuntimeError:  # a row came in while copying: copy again
                 continue
-            return [Row(n, t, v, dict(a), trace, span) for n, t, v, a, trace, span in rows]
 
 
 def held(

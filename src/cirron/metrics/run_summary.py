@@ -65,8 +65,8 @@ def _parts(instruments: Instruments) -> dict[str, float]:
 
 def _durations(instruments: Instruments) -> list[float]:
     """The step durations ``ci.metrics()`` still holds (the recent ones), in seconds."""
-    rows = instruments.recorded.snapshot()
-    return [row.value for row in rows if row.name == semconv.STEP_DURATION]
+    values = instruments.recorded.values()
+    return [value for name, value in values if name == semconv.STEP_DURATION]
 
 
 def lines(instruments: Instruments, elapsed_ns: int | None, path: str | None) -> list[str]:
@@ -158,9 +158,9 @@ def last_marks(instruments: Instruments) -> dict[str, Any]:
     """The last value of each mark (by its name), from what ``ci.metrics()`` holds."""
     names = {name: mark for mark, name in instruments.marks.items()}
     found: dict[str, Any] = {}
-    for row in instruments.recorded.snapshot():
-        if row.name in names and isinstance(row.value, int | float):
-            found[names[row.name]] = row.value
+    for name, value in instruments.recorded.values():
+        if name in names and isinstance(value, int | float):
+            found[names[name]] = value
     return {mark: value for mark, value in found.items() if math.isfinite(value)}
 
 
