@@ -371,14 +371,26 @@ def _offer_columns(trace: _Trace, process: _Process, columns: _Columns) -> None:
         columns.ids, columns.parents, columns.parented, columns.names, columns.starts,
         columns.ends, strict=True,
     )  # fmt: skip
+    if not others:  # (a long run's files: every span bare)
+        trace.offer_many(
+            process,
+            (
+                _Span(span_id, parent if parented else None, name, start, end or None, None, [])
+                for span_id, parent, parented, name, start, end in spans
+            ),
+        )
+        return
+    found: list[_Span] = []
     for position, (span_id, parent, parented, name, start, end) in enumerate(spans):
-        if others and position in others:
+        if position in others:
             fields = others[position]
             if fields is not None:
-                trace.offer(process, _Span(*fields))
+                found.append(_Span(*fields))
             continue
-        span = _Span(span_id, parent if parented else None, name, start, end or None, None, [])
-        trace.offer(process, span)
+        found.append(
+            _Span(span_id, parent if parented else None, name, start, end or None, None, [])
+        )
+    trace.offer_many(process, found)
 
 
 def _record(line: str, attributes: dict[str, Any], skipped: list[str]) -> _Span | None:
@@ -540,18 +552,24 @@ class _Trace:
     def offer(self, process: _Process, span: _Span) -> None:
         """Add a span read from the spool: in the order the spans ended, each once every
         span that ended before it (and by :data:`_LATE_NS` may come after it) is read."""
-        end = span.end if span.end is not None else math.inf
-        key = (end, -span.start, next(self.read), span)
-        ending = process.ending
-        # The spool holds spans about as they ended: most go at the end, in order (cheaper
-        # than a heap's push and pop); a late one is put in its place.
-        if not ending or ending[-1] < key:
-            ending.append(key)
-        else:
-            bisect.insort(ending, key, lo=process.added)
-        if end > process.newest:
-            process.newest = end
-        self._add_before(process, process.newest - _LATE_NS)
+        self.offer_many(process, (span,))
+
+    def offer_many(self, process: _Process, spans: Iterable[_Span]) -> None:
+        """:meth:`offer` for a file's spans: they are added once the last is in its place."""
+        ending, read, newest, added = process.ending, self.read, process.newest, process.added
+        for span in spans:
+            end = span.end if span.end is not None else math.inf
+            key = (end, -span.start, next(read), span)
+            # The spool holds spans about as they ended: most go at the end, in order (cheaper
+            # than a heap's push and pop); a late one is put in its place.
+            if not ending or ending[-1] < key:
+                ending.append(key)
+            else:
+                bisect.insort(ending, key, lo=added)
+            if end > newest:
+                newest = end
+        process.newest = newest
+        self._add_before(process, newest - _LATE_NS)
 
     def ended(self) -> None:
         """Add the spans still held for one that may come late: none will now."""
@@ -562,9 +580,12 @@ class _Trace:
     def _add_before(self, process: _Process, moment: float) -> None:
         """Add the spans held that ended before ``moment`` (all: ``math.inf``)."""
         ending, at = process.ending, process.added
-        while at < len(ending) and (ending[at][0] < moment or moment == math.inf):
-            self.add(process, ending[at][3])
-            at += 1
+        # (A key is (end, ...): (moment,) sorts before every key that ends at moment or later.)
+        cut = len(ending) if moment == math.inf else bisect.bisect_left(ending, (moment,), lo=at)
+        add = self.add
+        for position in range(at, cut):
+            add(process, ending[position][3])
+        at = cut
         if at > 4096 and at * 2 > len(ending):  # let go of what was added
             del ending[:at]
             at = 0
@@ -572,9 +593,48 @@ class _Trace:
 
     def add(self, process: _Process, span: _Span) -> None:
         """Add a span whose children (those that ended before it) were added before it."""
-        process.spans += 1
         start = span.start
         end = span.end
+        if (
+            end is not None
+            and end >= start
+            and not span.attributes
+            and not span.events
+            and span.span_id not in process.waiting
+        ):
+            # Most of a long run's spans: a leaf with no attributes or marks (data_load,
+            # backward, ...). What the general path below does for one, without its calls.
+            process.spans += 1
+            if end > process.last:
+                process.last = end
+            known = self.names.get(span.name) or self._named(span.name)
+            if known[2] == semconv.SNAPSHOT:  # (drawn with an instant event too)
+                self._add(process, span, start, end)
+                return
+            category = known[1]
+            text = (
+                f',\n{{"name": {category}, "cat": {category}, "ph": "X", '
+                f'"ts": {(start - self.origin) / 1000!r}, "dur": {(end - start) / 1000!r}, '
+                f'"pid": {process.pid}, "tid": {_TID}, "args": {{}}}}'
+            )
+            self.held += len(text)
+            parent = span.parent
+            item = _Item(start, end, span.span_id, parent, known[2], True, [text])
+            fresh = self.fresh
+            fresh.append(item)
+            siblings = (
+                process.laid_out if parent is None else process.waiting.setdefault(parent, [])
+            )
+            if _wait(siblings, item):
+                fresh.append(siblings[-1])
+            if self.held > _HELD:
+                self._spill()
+            return
+        process.spans += 1
+        self._add(process, span, start, end)
+
+    def _add(self, process: _Process, span: _Span, start: int, end: int | None) -> None:
+        """:meth:`add`, the general path (``process.spans`` counted already)."""
         if end is not None and end < start:
             end = start
         if (end or start) > process.last:
