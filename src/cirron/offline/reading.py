@@ -10,7 +10,7 @@ spans of five in a plain torch loop. A step whose row holds all the findings rea
 its span passed over too. Every other span is read as before, and a process the index does
 not cover is read whole.
 
-Where the index has rows, the files are read, inflated and sifted in a worker process
+Where the index has rows, the files are read, inflated and sifted in worker processes
 (:mod:`cirron.offline.worker`), a few ahead, while the spans kept of each (its epochs, the
 session, what went wrong) are decoded here.
 """
@@ -49,14 +49,15 @@ def read_runs(
     # The few rows that do not stand for their spans (a million steps: one set, not two).
     partial = set().union(*(table.partial_ids() for table in tables.values())) if tables else set()
     spans: list[Any] = []
-    for table in tables.values():  # the steps their rows stand for
-        spans += table.row_spans(Resource(table.resource))
     keep = _Keep(steps, partial) if tables else None
     passed_over: dict[tuple[Any, ...], int] = {}
     names = spool_reader.spool_files(path)
     load = keep.load if keep is not None else _whole
-    # With rows, little of a file is kept: it is read and sifted in a worker process.
-    with worker.results(load, names, use_worker=keep is not None) as loaded:
+    # With rows, little of a file is kept: it is read and sifted in worker processes (two:
+    # this one mostly waits for them), beginning now, while the rows are made into steps.
+    with worker.results(load, names, use_worker=keep is not None, workers=2) as loaded:
+        for table in tables.values():  # the steps their rows stand for
+            spans += table.row_spans(Resource(table.resource))
         for name, (request, passed) in zip(names, loaded, strict=True):
             read = spool_reader.decode_file(name, request)
             if read.problem is not None:

@@ -3,9 +3,11 @@ export parses the next spool files there while it lays out the spans of the last
 questions about steps (``show --diagnose``, ``report``, ...) read, inflate and sift them
 there while they hold the spans kept.
 
-One worker, forked (Linux's default start method: nothing of the user's program is imported
+Workers forked (Linux's default start method: nothing of the user's program is imported
 again, and the parsing code is there already), a few items ahead of the caller, so what is
-parsed and not yet used stays bounded. The worker ignores Ctrl-C: the caller's interrupt,
+parsed and not yet used stays bounded: one where the caller's own work on each item is the
+larger part (the export's layout), two where the caller mostly waits (the sifting before
+the questions about steps). The worker ignores Ctrl-C: the caller's interrupt,
 or any error, ends it (``Pool.terminate``). Where a process cannot be made (no ``fork``, a
 sandbox, no semaphores), or for a single item, the work is done in the caller's process,
 the same way.
@@ -25,31 +27,37 @@ from typing import Any, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
-AHEAD = 2  # items handed to the worker before the caller takes the first result
+AHEAD = 2  # items handed to each worker before the caller takes the first result
 
 
 @contextlib.contextmanager
 def results(
-    function: Callable[[Item], Result], items: Sequence[Item], *, use_worker: bool = True
+    function: Callable[[Item], Result],
+    items: Sequence[Item],
+    *,
+    use_worker: bool = True,
+    workers: int = 1,
 ) -> Iterator[Iterator[Result]]:
-    """``function`` of each of ``items``, in order, worked out in a worker process where one
-    can be made (and ``use_worker``). The worker is forked with ``function`` (whatever it
-    holds is not pickled: a set of a million step ids is handed over as it is); each item
-    and result is."""
-    pool = _pool(function) if use_worker and len(items) > 1 else None
+    """``function`` of each of ``items``, in order, worked out in ``workers`` worker processes
+    (at most one a core) where they can be made (and ``use_worker``). Each
+    worker is forked with ``function`` (whatever it holds is not pickled: a set of a million
+    step ids is handed over as it is); each item and result is. The first items are handed
+    over at once: the caller's work before it takes the first result runs beside theirs."""
+    workers = max(1, min(workers, os.cpu_count() or 1))
+    pool = _pool(function, workers) if use_worker and len(items) > 1 else None
     if pool is None:
         yield map(function, items)
         return
-    with pool:  # (its exit ends the worker, whatever happened)
-        yield _ahead(pool, items)
+    with pool:  # (its exit ends the workers, whatever happened)
+        yield _ahead(pool, items, AHEAD * workers)
 
 
-def _pool(function: Callable[[Any], Any]) -> Any:
-    """A pool of one forked worker, or None where there is no such thing to be had."""
+def _pool(function: Callable[[Any], Any], workers: int) -> Any:
+    """A pool of ``workers`` forked workers, or None where there is no such thing to be had."""
     if not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2:
         return None  # (elsewhere fork is not the default, and one core gains nothing)
     try:
-        return multiprocessing.get_context("fork").Pool(1, _start, (function,))
+        return multiprocessing.get_context("fork").Pool(workers, _start, (function,))
     except (OSError, ValueError, ImportError):  # no processes, no semaphores (sem_open)
         return None
 
@@ -69,11 +77,16 @@ def _call(item: Any) -> Any:
     return _function(item)
 
 
-def _ahead(pool: Any, items: Sequence[Item]) -> Iterator[Any]:
-    pending: collections.deque[Any] = collections.deque()
-    for item in items:
+def _ahead(pool: Any, items: Sequence[Item], ahead: int) -> Iterator[Any]:
+    pending: collections.deque[Any] = collections.deque(
+        pool.apply_async(_call, (item,)) for item in items[:ahead]
+    )
+    return _taken(pool, pending, items[ahead:])
+
+
+def _taken(pool: Any, pending: collections.deque[Any], rest: Sequence[Item]) -> Iterator[Any]:
+    for item in rest:
         pending.append(pool.apply_async(_call, (item,)))
-        if len(pending) > AHEAD:
-            yield pending.popleft().get()
+        yield pending.popleft().get()
     while pending:
         yield pending.popleft().get()
