@@ -533,3 +533,34 @@ def test_a_step_counts_a_forward_that_reaches_the_sink_a_batch_late_and_out_of_o
     forward_times = [value for name, value, attributes, _ in expected
                      if attributes.get("cirron.step.part") == "forward"]  # fmt: skip
     assert len(forward_times) == 4 and min(forward_times) >= 0.002
+
+
+def test_the_rows_kept_for_ci_metrics_leave_the_garbage_collector_alone():
+    # A run keeps 25,000 rows for ci.metrics(); tracked by the collector, every one that
+    # lives through two passes brings the next full pass over torch's objects nearer.
+    import gc
+
+    from cirron.metrics.recorded import MAX_SETS, Recorded
+
+    recorded = Recorded()
+    part = {"cirron.step.part": "forward"}
+    for step in range(200):
+        recorded.add("cirron.step.time", step, 0.5, part, trace_id=7, span_id=step + 1)
+        recorded.add("loss", step, 1.0 / (step + 1), {"tags": ["a", "b"]})  # a list value
+        recorded.add("cirron.system.cpu", step, 3.0, {})
+    gc.collect()
+    assert not any(gc.is_tracked(row) for row in recorded.rows)
+    rows = recorded.snapshot()
+    assert rows[0] == ("cirron.step.time", 0, 0.5, part, 7, 1)
+    assert rows[1].attributes == {"tags": ("a", "b")} and rows[2].attributes == {}
+    assert len(recorded.sets) == 3
+
+    # Past MAX_SETS distinct sets (a program's own attributes, unbounded), a row holds its own.
+    many = Recorded()
+    for index in range(MAX_SETS + 5):
+        many.add("x", index, 1.0, {"index": index})
+    assert len(many.sets) == MAX_SETS
+    assert [row.attributes for row in many.snapshot()[-2:]] == [
+        {"index": MAX_SETS + 3},
+        {"index": MAX_SETS + 4},
+    ]

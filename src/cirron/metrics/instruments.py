@@ -36,7 +36,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from ..otel import semconv
 from ..otel.health import Health, printable
-from .recorded import Recorded, held
+from .recorded import Recorded
 
 _log = logging.getLogger("cirron")
 METER_NAME = "cirron"
@@ -214,6 +214,7 @@ class Instruments:
         totals = self._totals[name]
         trace_id, span_id = (span.trace_id, span.span_id) if span is not None else (0, 0)
         rows = []
+        held = self.recorded.held
         for value, attributes in values:
             entry = totals.get(id(attributes))
             if entry is None:

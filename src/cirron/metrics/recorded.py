@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import collections
 import itertools
+import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 CAPACITY = 25_000  # rows kept: about 5 MB at most (a loss and a step's figures, ~3,000 steps)
+MAX_SETS = 10_000  # distinct attribute sets numbered; a row of another holds its pairs
 FORMATS = ("df", "dict")
 DF_COLUMNS = ["name", "kind", "unit", "time_ns", "value", "attributes", "trace_id", "span_id"]
 
@@ -37,23 +39,60 @@ class Row(NamedTuple):
 class Recorded:
     """The measurements of one profiler, newest last.
 
-    Held as plain tuples of plain values (:func:`held`: a :class:`Row`'s fields, its
-    attributes as a tuple of pairs), and made rows when read (:meth:`snapshot`): the
-    garbage collector stops tracking such a tuple at its first pass, but never a named
-    tuple, nor a tuple that holds a dict. Tracked, the rows that outlive two passes (most
-    of them: they stay for thousands of steps) count toward the next full collection,
-    which in a torch process walks every object torch made (~0.1-0.25 s): a full pass
-    every ~5,000 steps of a small MLP, half of it for these rows.
+    Held as flat tuples of plain values (:meth:`held`: a :class:`Row`'s fields, its
+    attributes the number of their set in :attr:`sets`), and made rows when read
+    (:meth:`snapshot`). The garbage collector stops tracking a tuple of plain values at its
+    first pass, but never a named tuple, nor a tuple that holds a dict or another tuple it
+    still tracks (a row's attributes as pairs were one, often: made before their pairs, or
+    shared by many rows and long since promoted). Tracked, the rows that outlive two passes
+    (most of them: they stay for thousands of steps) count toward the next full collection,
+    which in a torch process walks every object torch made (~0.1-0.25 s): a full pass every
+    ~5,000 steps of a small MLP, half of it for these rows.
     """
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.rows: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=capacity)
         self.instruments: dict[str, Instrument] = {}
+        # The distinct attribute sets, as pairs, and their numbers (a few dozen in a run:
+        # an instrument's attributes are few by design). Past MAX_SETS, a row holds its pairs.
+        self.sets: dict[tuple[tuple[str, Any], ...], int] = {}
+        self._listed: list[tuple[tuple[str, Any], ...]] = []
+        self._sets_lock = threading.Lock()
         self._added = itertools.count()
         self._extended = 0  # rows added by extend() (the metrics sink's thread only)
 
     def describe(self, name: str, kind: str, unit: str, description: str) -> None:
         self.instruments[name] = Instrument(kind, unit, description)
+
+    def held(
+        self,
+        name: str,
+        time_ns: int,
+        value: float | int,
+        attributes: Mapping[str, Any],
+        trace_id: int = 0,
+        span_id: int = 0,
+    ) -> tuple[Any, ...]:
+        """A row as it is held (see the class)."""
+        pairs = tuple(attributes.items()) if attributes else ()
+        try:
+            number = self.sets.get(pairs)
+        except TypeError:  # a list among the values: a sequence attribute, as a tuple
+            pairs = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in pairs)
+            number = self.sets.get(pairs)
+        if number is None:
+            number = self._number(pairs)
+        return (name, time_ns, value, pairs if number is None else number, trace_id, span_id)
+
+    def _number(self, pairs: tuple[tuple[str, Any], ...]) -> int | None:
+        """The number of a new attribute set (from any thread); None past MAX_SETS."""
+        with self._sets_lock:
+            number = self.sets.get(pairs)
+            if number is None and len(self._listed) < MAX_SETS:
+                number = len(self._listed)
+                self._listed.append(pairs)
+                self.sets[pairs] = number
+            return number
 
     def add(
         self,
@@ -66,7 +105,7 @@ class Recorded:
     ) -> None:
         # From the sink's and the sampler's threads, with no lock: a deque's append and a
         # count's next are atomic.
-        self.rows.append(held(name, time_ns, value, attributes, trace_id, span_id))
+        self.rows.append(self.held(name, time_ns, value, attributes, trace_id, span_id))
         next(self._added)
 
     def extend(self, rows: list[tuple[Any, ...]]) -> None:
@@ -81,7 +120,11 @@ class Recorded:
         return max(0, added + self._extended - len(self.rows))
 
     def snapshot(self) -> list[Row]:
-        return [Row(n, t, v, dict(a), trace, span) for n, t, v, a, trace, span in self._copy()]
+        listed = self._listed
+        return [
+            Row(n, t, v, dict(listed[a] if type(a) is int else a), trace, span)
+            for n, t, v, a, trace, span in self._copy()
+        ]
 
     def values(self) -> list[tuple[str, float | int]]:
         """Each row's name and value, oldest first, with no row made (the run's summary)."""
@@ -93,18 +136,6 @@ class Recorded:
                 return list(self.rows)
             except RuntimeError:  # a row came in while copying: copy again
                 continue
-
-
-def held(
-    name: str,
-    time_ns: int,
-    value: float | int,
-    attributes: Mapping[str, Any],
-    trace_id: int = 0,
-    span_id: int = 0,
-) -> tuple[Any, ...]:
-    """A row as :class:`Recorded` holds it (see there why)."""
-    return (name, time_ns, value, tuple(attributes.items()), trace_id, span_id)
 
 
 def _hex(value: int, width: int) -> str | None:
