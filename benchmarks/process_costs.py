@@ -141,7 +141,7 @@ def startup(profiled: bool) -> dict[str, Any]:
     # start-up run it, and the row measures torch's collector: 0.1-0.25 s here).
     gc.collect()
     before = _rss_kb()
-    collecting = _CollectorTime()
+    collecting = CollectorTime()
     gc.callbacks.append(collecting)
     started = time.perf_counter()
     import cirron as ci
@@ -168,7 +168,7 @@ def _compiled_as_installed(package: str) -> None:
         compileall.compile_dir(folder, quiet=2)
 
 
-class _CollectorTime:
+class CollectorTime:
     """A ``gc.callbacks`` entry adding up the seconds the cyclic collector ran.
 
     ``import torch`` leaves a full collection due (a few thousand objects more start it),
@@ -178,6 +178,7 @@ class _CollectorTime:
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.full = 0  # passes over the oldest generation (every object)
         self._began = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
@@ -185,6 +186,7 @@ class _CollectorTime:
             self._began = time.perf_counter()
         else:
             self.seconds += time.perf_counter() - self._began
+            self.full += info.get("generation") == 2
 
 
 # -- the parent ------------------------------------------------------------------------

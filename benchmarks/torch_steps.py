@@ -293,6 +293,31 @@ def background(steps: int) -> dict[str, float]:
     return {"ns": others / steps}
 
 
+def collector(steps: int, profiled: bool) -> dict[str, float]:
+    """The cyclic garbage collector on an MLP run of ``steps`` steps, default settings
+    (``profiled``) or no hooks: its seconds a step, on any thread, and its full passes (each
+    over every object torch made) per 10,000 steps. Under this package only."""
+    import gc
+
+    import torch
+
+    from .process_costs import CollectorTime
+
+    torch.set_num_threads(1)
+    case = _mlp_case()
+    case(5)
+    gc.collect()  # (what the import and the model left due)
+    if profiled:
+        ci.profile(frameworks=["torch"])
+    case(20)
+    timer = CollectorTime()
+    gc.callbacks.append(timer)
+    case(steps)
+    gc.callbacks.remove(timer)
+    ci.shutdown()
+    return {"us": timer.seconds / steps * 1e6, "full": timer.full * 10_000 / steps}
+
+
 def _calls_per_step(case: Callable[[int], None], steps: int = 10) -> float:
     """Python function calls plus C function calls made per step (``sys.setprofile`` sees both)."""
     calls = 0
@@ -426,6 +451,17 @@ def run(quick: bool = False) -> list[Row]:
         for _ in range(1 if quick else 3)
     ]
 
+    # Long enough for full passes to come due (a few a 10,000 steps before the rows held for
+    # ci.metrics() stopped being tracked); the median per step hides the collector's pauses.
+    collected = {
+        profiled: reference.run_snippet(
+            reference.call_snippet(
+                "torch_steps", "collector", steps=300 if quick else 6000, profiled=profiled
+            )
+        )
+        for profiled in (False, True)
+    }
+
     def step(figures: _Figures, name: str = "mlp") -> float:
         return figures.bare(name) + figures.added(name)
 
@@ -503,6 +539,16 @@ def run(quick: bool = False) -> list[Row]:
             spread=half_iqr(off_thread),
             note="off the training thread (building hook spans, the spool, the metrics, the "
             "sampler), default settings, until ci.flush() returned; median of processes",
+        ),
+        Row(
+            "  MLP: the garbage collector per step",
+            collected[True]["us"],
+            "same steps, no hooks",
+            collected[False]["us"],
+            "us",
+            note="the cyclic collector's time on any thread over an MLP run of 6,000 steps, "
+            "default settings; its full passes (each over every object torch made) per 10,000 "
+            f"steps: {collected[True]['full']:.1f} (no hooks: {collected[False]['full']:.1f})",
         ),
         Row(
             "trivial step (1 parameter)",
