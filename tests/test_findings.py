@@ -294,8 +294,10 @@ def test_a_loop_beside_two_cpu_hogs_on_its_core_is_told_the_machine_competed(tmp
     ran, waited, measured = (int(group) for group in match.groups())
     # Three threads share the core: the loop gets a third of it, or less on a busy machine.
     # (Its CPU time and its run delay are read a moment apart from the step's ends, each
-    # rounded: together they may pass the step's time by a few percent.)
-    assert ran <= 45 and waited >= 50 and ran + waited <= 105, text
+    # rounded, and on a core shared three ways the thread may lose the CPU between the two
+    # reads, a timeslice of a ~27 ms step: together they may pass the step's time by a few
+    # percent; a fresh-clone run saw 35 + 71.)
+    assert ran <= 45 and waited >= 50 and ran + waited <= 110, text
     assert measured >= 5
     assert "taskset" in cirron(tmp_path, "show", "--diagnose").stdout  # what to do next
 
