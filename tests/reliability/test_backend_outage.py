@@ -154,9 +154,12 @@ def test_memory_stays_flat_while_the_backend_black_holes(servers, tmp_path, figu
     statuses = run.statuses
     assert len(statuses) >= 20, statuses
     rss_mb = [status["rss_kb"] / 1024 for status in statuses]
-    half = len(rss_mb) // 2
-    filled = statistics.median(rss_mb[half // 2 : half])  # every buffer full by then
-    growth = max(rss_mb[half:]) - filled
+    # The buffers fill in the first 2-3 s here, later on a busy machine (a run beside the rest
+    # of the suite was still filling at 4 s): "full" is the third quarter, the growth what
+    # the last quarter adds to it.
+    quarter = len(rss_mb) // 4
+    filled = statistics.median(rss_mb[2 * quarter : 3 * quarter])
+    growth = max(rss_mb[3 * quarter :]) - filled
     figures["black hole, 8 s: spans, RSS with the buffers full, growth after (MB)"] = (
         f"{run.health['spans_ended']}, {filled:.1f}, {growth:.1f}"
     )
