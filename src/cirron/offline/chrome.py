@@ -371,26 +371,17 @@ def _offer_columns(trace: _Trace, process: _Process, columns: _Columns) -> None:
         columns.ids, columns.parents, columns.parented, columns.names, columns.starts,
         columns.ends, strict=True,
     )  # fmt: skip
-    if not others:  # (a long run's files: every span bare)
-        trace.offer_many(
-            process,
-            (
-                _Span(span_id, parent if parented else None, name, start, end or None, None, [])
-                for span_id, parent, parented, name, start, end in spans
-            ),
-        )
-        return
-    found: list[_Span] = []
-    for position, (span_id, parent, parented, name, start, end) in enumerate(spans):
-        if position in others:
-            fields = others[position]
-            if fields is not None:
-                found.append(_Span(*fields))
-            continue
-        found.append(
-            _Span(span_id, parent if parented else None, name, start, end or None, None, [])
-        )
-    trace.offer_many(process, found)
+
+    def each() -> Iterator[_Span]:
+        for position, (span_id, parent, parented, name, start, end) in enumerate(spans):
+            if others and position in others:  # (a long run's files have none)
+                fields = others[position]
+                if fields is not None:
+                    yield _Span(*fields)
+                continue
+            yield _Span(span_id, parent if parented else None, name, start, end or None, None, [])
+
+    trace.offer_many(process, each())
 
 
 def _record(line: str, attributes: dict[str, Any], skipped: list[str]) -> _Span | None:
@@ -612,23 +603,11 @@ class _Trace:
                 self._add(process, span, start, end)
                 return
             category = known[1]
-            text = (
-                f',\n{{"name": {category}, "cat": {category}, "ph": "X", '
-                f'"ts": {(start - self.origin) / 1000!r}, "dur": {(end - start) / 1000!r}, '
-                f'"pid": {process.pid}, "tid": {_TID}, "args": {{}}}}'
-            )
+            text = self._slice(process, category, category, "{}", start, end)
             self.held += len(text)
-            parent = span.parent
-            item = _Item(start, end, span.span_id, parent, known[2], True, [text])
-            fresh = self.fresh
-            fresh.append(item)
-            siblings = (
-                process.laid_out if parent is None else process.waiting.setdefault(parent, [])
-            )
-            if _wait(siblings, item):
-                fresh.append(siblings[-1])
-            if self.held > _HELD:
-                self._spill()
+            item = _Item(start, end, span.span_id, span.parent, known[2], True, [text])
+            self.fresh.append(item)
+            self._place_whole(process, item)
             return
         process.spans += 1
         self._add(process, span, start, end)
@@ -654,7 +633,7 @@ class _Trace:
         whole = end is not None and not snapshot and (not ordered or _nest(ordered, start, end))
         pieces: list[Any] = []
         if end is not None:
-            pieces.append(self._slice(process, name, category, arguments, start, end))
+            pieces.append(self._slice(process, name, category, _object(arguments), start, end))
             if snapshot:
                 pieces.append(self._instant(process, semconv.SNAPSHOT, start, span.attributes))
         if span.events:
@@ -672,18 +651,22 @@ class _Trace:
                 child.pieces = []
             if len(pieces) > 1 and all(type(piece) is str for piece in pieces):
                 item.pieces = ["".join(pieces)]  # (a step and its parts: one text, not six)
-            siblings = (
-                process.laid_out
-                if span.parent is None
-                else process.waiting.setdefault(span.parent, [])
-            )
-            if _wait(siblings, item):
-                self.fresh.append(siblings[-1])
-        else:  # its children are placed on their own, and so is it
-            process.laid_out += [child for child in children or () if child.whole]
-            process.laid_out.append(item)
-            if span.parent is not None:  # (its parent is not whole either)
-                process.waiting.setdefault(span.parent, []).append(item)
+            self._place_whole(process, item)
+            return
+        # Its children are placed on their own, and so is it.
+        process.laid_out += [child for child in children or () if child.whole]
+        process.laid_out.append(item)
+        if span.parent is not None:  # (its parent is not whole either)
+            process.waiting.setdefault(span.parent, []).append(item)
+        if self.held > _HELD:
+            self._spill()
+
+    def _place_whole(self, process: _Process, item: _Item) -> None:
+        """A whole subtree waits with its siblings for its parent (see :func:`_wait`)."""
+        parent = item.parent
+        siblings = process.laid_out if parent is None else process.waiting.setdefault(parent, [])
+        if _wait(siblings, item):
+            self.fresh.append(siblings[-1])
         if self.held > _HELD:
             self._spill()
 
@@ -707,7 +690,8 @@ class _Trace:
                     arguments = dict(arguments, **{UNFINISHED: True})
                     end = max(process.last, item.start)
                     item.pieces.insert(
-                        0, self._slice(process, name, category, arguments, item.start, end)
+                        0,
+                        self._slice(process, name, category, _object(arguments), item.start, end),
                     )
                 for text in self._texts(item.pieces):
                     out(text.replace(_TID, tid).replace(_MAIN, main))
@@ -729,18 +713,13 @@ class _Trace:
         return known
 
     def _slice(
-        self,
-        process: _Process,
-        name: str,
-        category: str,
-        arguments: dict[str, Any],
-        start: int,
-        end: int,
+        self, process: _Process, name: str, category: str, arguments: str, start: int, end: int
     ) -> str:
+        """A slice event's text; ``arguments`` as JSON text (:func:`_object`)."""
         return (
             f',\n{{"name": {name}, "cat": {category}, "ph": "X", '
             f'"ts": {(start - self.origin) / 1000!r}, "dur": {(end - start) / 1000!r}, '
-            f'"pid": {process.pid}, "tid": {_TID}, "args": {_object(arguments)}}}'
+            f'"pid": {process.pid}, "tid": {_TID}, "args": {arguments}}}'
         )
 
     def _instant(self, process: _Process, name: str, at: int, attributes: Any) -> str:

@@ -116,30 +116,16 @@ class _Keep:
 
     def line(self, line: str) -> bool:
         """The same, asked of a span's line before it is parsed."""
-        # Most lines are a child's, laid out as spool_reader.span_line_ids reads them: read
-        # here at once (a million steps are five million lines, each asked).
+        # Most lines are a child's, laid out as spool_reader.span_line_ids reads them: its ids
+        # and name read here at once (a million steps are five million lines, each asked).
         if line.startswith(_SPAN_ID, 44) and line.startswith(_PARENT_ID, 73):
             end = line.find('"', 116)
             if line.startswith(_NAME, 107) and end > 0 and line[end - 1] != "\\":
-                name = line[116:end]
-                if name in self.rows:
-                    span_id = line[56:72]
-                    return span_id not in self.steps or span_id in self.partial
-                if (
-                    name in self.parts
-                    and line[90:106] in self.steps
-                    and '"events":' not in line
-                    and '"links":' not in line
-                    and '"status":' not in line
-                ):
-                    self.passed_over += 1
-                    return False
-                return True
+                return self._keep(line[116:end], line[56:72], line[90:106], _plain(line))
         ids = spool_reader.span_line_ids(line)
         if ids is None:
             return True  # not laid out as ours: parse it, and ask of the dict
-        plain = '"events":' not in line and '"links":' not in line and '"status":' not in line
-        return self._keep(ids[2], ids[0], ids[1], plain)
+        return self._keep(ids[2], ids[0], ids[1], _plain(line))
 
     def __call__(self, span: dict[str, Any]) -> bool:
         plain = not (span.get("events") or span.get("links") or span.get("status"))
@@ -152,3 +138,8 @@ class _Keep:
             self.passed_over += 1
             return False
         return True
+
+
+def _plain(line: str) -> bool:
+    """A span line with no event, link or status: it only makes its part of a step."""
+    return '"events":' not in line and '"links":' not in line and '"status":' not in line

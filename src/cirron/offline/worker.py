@@ -7,8 +7,8 @@ Workers forked (Linux's default start method: nothing of the user's program is i
 again, and the parsing code is there already), a few items ahead of the caller, so what is
 parsed and not yet used stays bounded: one where the caller's own work on each item is the
 larger part (the export's layout), two where the caller mostly waits (the sifting before
-the questions about steps). The worker ignores Ctrl-C: the caller's interrupt,
-or any error, ends it (``Pool.terminate``). Where a process cannot be made (no ``fork``, a
+the questions about steps). A worker ignores Ctrl-C: the caller's interrupt, or any
+error, ends the workers (``Pool.terminate``). Where a process cannot be made (no ``fork``, a
 sandbox, no semaphores), or for a single item, the work is done in the caller's process,
 the same way.
 """
