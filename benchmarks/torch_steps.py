@@ -8,6 +8,10 @@
   That time is noisy (the deep model's step is mostly Python), so the same
   claim is also counted exactly: the Python and C calls the hooks add to a
   step (``sys.setprofile``), for both models and for the MLP step.
+- The instructions the hooks add to a trivial step, counted by valgrind's
+  callgrind where it is installed: on this shared machine timed pairs vary by
+  more than the targets, a count of instructions does not, so a change to the
+  hooks shows in it even when it is smaller than the noise.
 
 :func:`measure` runs in fresh processes under this package and under the
 reference SDK alike (:func:`benchmarks.reference.call_snippet`), ours and the
@@ -17,9 +21,14 @@ and remove them on ``ci.shutdown``, which is what the pairs need.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -220,7 +229,12 @@ _LAYERS = (
     ),  # fmt: skip
     (
         "+ hook spans",
-        (("cirron.recording.hook_spans", ("begin", "record_on")),),
+        (
+            ("cirron.recording.hook_spans", ("begin", "record_on")),
+            # (each hook module holds open_hook itself: the compiled one, where it is built)
+            ("cirron.instrumentors.torch_modules", ("open_hook",)),
+            ("cirron.instrumentors.torch_optim", ("open_hook",)),
+        ),
     ),
     (
         "+ step CPU time, memory",
@@ -316,6 +330,85 @@ def collector(steps: int, profiled: bool) -> dict[str, float]:
     gc.callbacks.remove(timer)
     ci.shutdown()
     return {"ns": timer.seconds / steps * 1e9, "full": timer.full * 10_000 / steps}
+
+
+def counted_steps(steps: int, profiled: bool) -> dict[str, int]:
+    """``steps`` trivial steps (after 30 not counted) inside ``functools.reduce``: the one
+    call of the process whose instructions :func:`instructions_per_step` has callgrind count,
+    on the training thread. Runs in a subprocess, under either SDK."""
+    import functools
+
+    import torch
+
+    torch.set_num_threads(1)
+    case = _trivial_case()
+    if profiled:
+        ci.profile(output="none", frameworks=["torch"])
+    case(30)
+    functools.reduce(lambda _, __: case(steps), range(1), None)
+    ci.shutdown()
+    return {"steps": steps}
+
+
+# The C function of functools.reduce (CPython 3.10-3.13): callgrind counts inside it only.
+_COUNTED = "functools_reduce"
+
+
+def instructions_per_step(code: str, steps: int, python: str | None = None) -> float | None:
+    """Instructions a step of ``code`` (a :func:`counted_steps` snippet) runs, counted by
+    callgrind; None where valgrind is not installed or found no ``functools_reduce`` (a
+    Python without its symbols)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith(("CIRRON_", "OTEL_"))
+    }
+    with tempfile.TemporaryDirectory(prefix="cirron-bench-") as directory:
+        counts = os.path.join(directory, "callgrind.out")
+        subprocess.run(
+            [
+                valgrind,
+                "--tool=callgrind",
+                "--collect-atstart=no",
+                f"--toggle-collect={_COUNTED}",
+                f"--callgrind-out-file={counts}",
+                python or sys.executable,
+                "-c",
+                code,
+            ],
+            cwd=directory,
+            env=environment,
+            capture_output=True,
+            check=True,
+            timeout=1800,
+        )
+        with open(counts) as lines:
+            totals = [line for line in lines if line.startswith(("totals:", "summary:"))]
+    counted = int(totals[-1].split()[1]) if totals else 0
+    return counted / steps if counted else None
+
+
+def instructions(steps: int) -> dict[str, float | None]:
+    """Instructions per trivial step: bare and with the hooks (compiled, pure Python), ours
+    and the reference's; two valgrind processes at a time (each ~2 min, mostly torch's
+    import, run 50 times slower)."""
+    ours = reference.call_snippet("torch_steps", "counted_steps", steps=steps, profiled=True)
+    bare = reference.call_snippet("torch_steps", "counted_steps", steps=steps, profiled=False)
+    python = reference.reference_python()
+    runs = {
+        "bare": (bare, None),
+        "compiled": (ours, None),
+        "pure": (PURE_PYTHON + ours, None),
+    }
+    if python:
+        runs |= {"reference bare": (bare, python), "reference": (ours, python)}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        counting = {
+            name: pool.submit(instructions_per_step, code, steps, interpreter)
+            for name, (code, interpreter) in runs.items()
+        }
+        return {name: future.result() for name, future in counting.items()}
 
 
 def _calls_per_step(case: Callable[[int], None], steps: int = 10) -> float:
@@ -444,6 +537,13 @@ def run(quick: bool = False) -> list[Row]:
         ]
 
     trivial = layers["trivial"]
+    if quick:  # the snippet runs (a renamed entry point fails here), not counted: minutes
+        reference.run_snippet(
+            reference.call_snippet("torch_steps", "counted_steps", steps=5, profiled=True)
+        )
+        counted: dict[str, float | None] = {}
+    else:
+        counted = instructions(300)
     off_thread = [
         reference.run_snippet(
             reference.call_snippet("torch_steps", "background", steps=200 if quick else 2000)
@@ -573,5 +673,34 @@ def run(quick: bool = False) -> list[Row]:
             calls_added(ours_calls, "deep4"),
             "calls",
             calls_added(reference_calls, "deep400"),
+        ),
+        *_instruction_rows(counted),
+    ]
+
+
+def _instruction_rows(counted: dict[str, float | None]) -> list[Row]:
+    """The instructions a trivial step's hooks add (thousands), where callgrind counted them."""
+    bare, compiled, pure = counted.get("bare"), counted.get("compiled"), counted.get("pure")
+    if bare is None or compiled is None or pure is None:
+        return []
+    theirs, theirs_bare = counted.get("reference"), counted.get("reference bare")
+    reference_added = theirs - theirs_bare if theirs is not None and theirs_bare else None
+    return [
+        Row(
+            "instructions added per trivial step",
+            (compiled - bare) / 1000,
+            "instructions per step, no hooks",
+            bare / 1000,
+            "k",
+            reference_added / 1000 if reference_added is not None else None,
+            note="counted by valgrind's callgrind on the training thread, 300 steps: the same "
+            "every run, where the timed rows vary by more than the targets",
+        ),
+        Row(
+            "  pure-Python hooks",
+            (pure - bare) / 1000,
+            "added, compiled hooks",
+            (compiled - bare) / 1000,
+            "k",
         ),
     ]

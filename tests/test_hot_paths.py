@@ -1,5 +1,6 @@
-"""The compiled ``nn.Module.__call__`` (``cirron.recording._hot``) and its pure-Python twin give the same
-trace: each loop below runs once on each path, in this process, and the trees must match.
+"""The compiled ``nn.Module.__call__`` and hook spans (``cirron.recording._hot``) and their pure-Python
+twins give the same trace: each loop below runs once on each path, in this process, and the trees
+must match.
 
 The rest of the torch tests run on whichever path this install has (``ci.health()["hot_path"]``);
 ``scripts/test.sh`` runs tests/test_torch.py once more with ``CIRRON_PURE_PYTHON=1``.
@@ -12,7 +13,8 @@ import inspect
 import pytest
 
 import cirron as ci
-from cirron.recording import hot
+from cirron.instrumentors import torch_modules, torch_optim, torch_spans
+from cirron.recording import hook_spans, hot
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -71,12 +73,18 @@ def test_both_paths_give_the_same_trace(monkeypatch):
     ci.profile(output="none", frameworks=["torch"])
     assert ci.health()["hot_path"] == "compiled"
     assert type(nn.Module.__call__).__name__ == "ModuleCall"
+    assert type(hook_spans.end).__name__ == "builtin_function_or_method"
     compiled = _loop()
     monkeypatch.setattr(hot, "compiled", None)
+    for name, twin in hook_spans.PURE_TWINS.items():
+        monkeypatch.setattr(hook_spans, name, twin)
+    for module in (torch_spans, torch_modules, torch_optim):
+        monkeypatch.setattr(module, "open_hook", torch_spans.open_hook_pure)
     ci.profile(output="none", frameworks=["torch"])
     assert type(nn.Module.__call__).__name__ == "function"
     assert compiled == _loop()
     assert "forward" in str(compiled) and "ERROR" in str(compiled)
+    assert "optimizer_step" in str(compiled) and "backward" in str(compiled)
 
 
 def test_the_compiled_call_looks_like_torchs_to_code_that_inspects_it():
@@ -108,3 +116,23 @@ def test_a_call_patched_before_ours_still_runs_on_the_compiled_path(monkeypatch)
     model(torch.randn(1, 2)).sum().backward()
     ci.shutdown()
     assert calls == ["Sequential", "Linear", "ReLU"]
+
+
+def test_the_compiled_hook_spans_raise_on_a_wrong_call_and_never_crash():
+    """Called wrongly (by a patched hook, say), the compiled twins raise, as the pure ones do;
+    a hook span of the pure twin's is ended by it."""
+    with pytest.raises(AttributeError):  # (handed to the pure twin, which finds no hook span)
+        hot.compiled.end(object())
+    with pytest.raises(TypeError):
+        hot.compiled.end()
+    with pytest.raises(TypeError):
+        hot.compiled.begin("forward")
+    ci.profile(output="none", frameworks=["torch"])
+    with ci.scope("step"):
+        hook = hot.compiled.begin("forward", {"cirron.mode": "train"})
+        assert hook.name == "forward" and hook.parent is not None and hook.start_ns > 0
+        hot.compiled.end(hook, error=None)
+        assert hook.parent is None  # built from here on
+    tree = str(_shape(ci.trace(format="dict")))
+    ci.shutdown()
+    assert "('step', 'UNSET', (('forward', 'UNSET', ()),))" in tree

@@ -195,7 +195,7 @@ def make_module_call(original: Any) -> Any:
     _loss_class[0] = torch_module().nn.modules.loss._Loss
     torch_call = getattr(original, "__name__", "") == "_wrapped_call_impl"
     if hot.compiled is not None:  # the same, with no Python frame for a submodule's call
-        return hot.compiled.ModuleCall(original, _forward_call, torch_call)
+        return hot.compiled.ModuleCall(original, _forward_call, torch_call, _loss_class[0])
     outermost = _outermost_call
 
     if not torch_call:  # someone else's __call__
@@ -248,7 +248,8 @@ def _open_backward() -> HookSpan | None:
 
 def _close_backward(entered: HookSpan | None, error: BaseException | None = None) -> None:
     if entered is not None:
-        torch_collectives.backward_ends(entered)
+        if torch_comm_hooks.buckets_recorded[0]:  # (as at its begin: DDP's buckets inside)
+            torch_collectives.backward_ends(entered)
         hook_spans.end(entered, error)
     if error is None:
         LOOP.backward_done()

@@ -22,24 +22,26 @@ optimizer_spans: dict[int, HookSpan] = {}  # the open optimizer_step span of eac
 
 
 # -- optimizer ---------------------------------------------------------------------
-@guarded(SITE)
 def before_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> Any:
     """torch's pre hook: the ``optimizer_step`` span begins. A closure (LBFGS) comes back
     wrapped, so that the span of a step whose closure raises ends then, with the error."""
-    stale = optimizer_spans.pop(id(optimizer), None)
-    if stale is not None:  # the previous step() raised outside a closure, and was caught
-        hook_spans.end(stale, RuntimeError("optimizer.step() raised"))
-    LOOP.optimizer_stepping()
-    entered = open_hook(semconv.OPTIMIZER_STEP, {semconv.OPTIMIZER: type(optimizer).__name__})
-    if entered is None:
-        return None
-    optimizer_spans[id(optimizer)] = entered
-    if len(args) == 1 and not kwargs:  # optimizer.step(): no closure
-        return None
-    if len(args) > 1 and callable(args[1]):
-        return (args[0], _watched(args[1], optimizer), *args[2:]), kwargs
-    if callable(kwargs.get("closure")):
-        return args, {**kwargs, "closure": _watched(kwargs["closure"], optimizer)}
+    try:  # the core guard, inline: once an optimizer step
+        stale = optimizer_spans.pop(id(optimizer), None)
+        if stale is not None:  # the previous step() raised outside a closure, and was caught
+            hook_spans.end(stale, RuntimeError("optimizer.step() raised"))
+        LOOP.optimizer_stepping()
+        entered = open_hook(semconv.OPTIMIZER_STEP, {semconv.OPTIMIZER: type(optimizer).__name__})
+        if entered is None:
+            return None
+        optimizer_spans[id(optimizer)] = entered
+        if len(args) == 1 and not kwargs:  # optimizer.step(): no closure
+            return None
+        if len(args) > 1 and callable(args[1]):
+            return (args[0], _watched(args[1], optimizer), *args[2:]), kwargs
+        if callable(kwargs.get("closure")):
+            return args, {**kwargs, "closure": _watched(kwargs["closure"], optimizer)}
+    except Exception as error:  # noqa: BLE001
+        report(SITE, error)
     return None
 
 

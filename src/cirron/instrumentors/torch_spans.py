@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from ..otel import semconv
-from ..recording import hook_spans
+from ..recording import hook_spans, hot
 from ..recording.guard import guarded
 from ..recording.hook_spans import HookSpan
 
@@ -36,9 +36,21 @@ def open_hook(name: str, attributes: dict[str, Any]) -> HookSpan | None:
     """
     hook = hook_spans.begin(name, attributes)
     cuda = CUDA[0]
-    if hook is not None and cuda is not None and cuda._initialized and cuda.is_initialized():
-        hook.device_timer = _gpu_timer()
+    if hook is not None and cuda is not None and cuda._initialized:
+        _device_timer(hook)
     return hook
+
+
+def _device_timer(hook: HookSpan) -> None:
+    """``hook`` runs on CUDA, once it is initialized: it gets a timer of its device time."""
+    if CUDA[0].is_initialized():
+        hook.device_timer = _gpu_timer()
+
+
+open_hook_pure = open_hook  # the pure-Python twin, the reference
+if hot.compiled is not None:  # the same, compiled (it asks _device_timer once CUDA is on)
+    hot.compiled.watch_device(CUDA, _device_timer)
+    open_hook = hot.compiled.open_hook  # type: ignore[assignment]  # noqa: F811
 
 
 close_guarded = guarded(SITE)(hook_spans.end)

@@ -77,22 +77,25 @@ def step_parts(parts: list[Part], wall_ns: int, data_load_ns: Any = None) -> dic
     """Nanoseconds of a step in each part and in ``other``; a part nested in a part of
     another name is that part's time, not its parent's too (:mod:`cirron.offline.steps`)."""
     totals = dict.fromkeys((*semconv.STEP_PARTS, OTHER), 0)
-
-    def walk(nodes: list[Part], current: str | None) -> None:
-        for node in nodes:
-            if node.name == current:  # a forward inside a forward: the outer one counts
-                walk(node.inside, current)
-                continue
-            totals[node.name] += node.duration_ns
-            if current is not None:
-                totals[current] -= node.duration_ns
-            walk(node.inside, node.name)
-
-    walk(parts, None)
+    _walk(parts, None, totals)
     if isinstance(data_load_ns, int) and not isinstance(data_load_ns, bool):
         totals[semconv.DATA_LOAD] += data_load_ns  # a ci.batches batch's wait for its loader
     totals[OTHER] = max(wall_ns - sum(totals[part] for part in semconv.STEP_PARTS), 0)
     return totals
+
+
+def _walk(nodes: list[Part], current: str | None, totals: dict[str, int]) -> None:
+    """:func:`step_parts`' sum over a tree of parts. A function of the module, not a closure
+    inside it: a closure that calls itself is a reference cycle, left to the garbage
+    collector once a step (three objects a step that bring its passes sooner)."""
+    for node in nodes:
+        if node.name == current:  # a forward inside a forward: the outer one counts
+            _walk(node.inside, current, totals)
+            continue
+        totals[node.name] += node.duration_ns
+        if current is not None:
+            totals[current] -= node.duration_ns
+        _walk(node.inside, node.name, totals)
 
 
 class Ended(NamedTuple):

@@ -212,17 +212,14 @@ class Instruments:
         """:meth:`add` of each (value, attributes) in ``values``, in one call (a step's time
         by part: the sink's thread adds them for every step)."""
         totals = self._totals[name]
-        trace_id, span_id = (span.trace_id, span.span_id) if span is not None else (0, 0)
-        rows = []
-        held = self.recorded.held
         for value, attributes in values:
             entry = totals.get(id(attributes))
             if entry is None:
                 totals[id(attributes)] = [value, attributes]
             else:
                 entry[0] += value
-            rows.append(held(name, time_ns, value, attributes, trace_id, span_id))
-        self.recorded.extend(rows)
+        trace_id, span_id = (span.trace_id, span.span_id) if span is not None else (0, 0)
+        self.recorded.add_many(name, time_ns, values, trace_id, span_id)
 
     def _kept(
         self,

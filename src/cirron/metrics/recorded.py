@@ -36,22 +36,30 @@ class Row(NamedTuple):
     span_id: int
 
 
+FIELDS = len(Row._fields)  # a row's values, side by side in Recorded's one deque
+
+
 class Recorded:
     """The measurements of one profiler, newest last.
 
-    Held as flat tuples of plain values (:meth:`held`: a :class:`Row`'s fields, its
-    attributes the number of their set in :attr:`sets`), and made rows when read
-    (:meth:`snapshot`). The garbage collector stops tracking a tuple of plain values at its
-    first pass, but never a named tuple, nor a tuple that holds a dict or another tuple it
-    still tracks (a row's attributes as pairs were one, often: made before their pairs, or
-    shared by many rows and long since promoted). Tracked, the rows that outlive two passes
-    (most of them: they stay for thousands of steps) count toward the next full collection,
-    which in a torch process walks every object torch made (~0.1-0.25 s): a full pass every
-    ~5,000 steps of a small MLP, half of it for these rows.
+    A row is no object of its own while it is held: its six values (a :class:`Row`'s
+    fields, its attributes the number of their set in :attr:`sets`) lie side by side in one
+    deque, and rows are made when read (:meth:`snapshot`). Each object a measurement kept
+    alive would count toward the garbage collector's next pass (the collector runs after
+    every ~700 objects allocated and not yet freed, on whichever thread allocates next):
+    the rows of a step's figures, kept for thousands of steps, were a quarter of what
+    brought its passes on in a torch loop. Held as tuples, they also stayed tracked (a tuple
+    that holds a dict or another tuple still tracked, and a named tuple, are never
+    untracked), and every row that outlived two passes brought the next full collection
+    nearer, which in a torch process walks every object torch made (~0.1-0.25 s).
+
+    A row goes in with one ``extend`` of its six values, which no other thread interleaves
+    (the deque's C code runs it whole), so the rows of the sink's and the sampler's threads
+    never mix; the deque's bound is a whole number of rows, so the oldest go whole too.
     """
 
     def __init__(self, capacity: int = CAPACITY) -> None:
-        self.rows: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=capacity)
+        self._values: collections.deque[Any] = collections.deque(maxlen=capacity * FIELDS)
         self.instruments: dict[str, Instrument] = {}
         # The distinct attribute sets, as pairs, and their numbers (a few dozen in a run:
         # an instrument's attributes are few by design). Past MAX_SETS, a row holds its pairs.
@@ -59,21 +67,18 @@ class Recorded:
         self._listed: list[tuple[tuple[str, Any], ...]] = []
         self._sets_lock = threading.Lock()
         self._added = itertools.count()
-        self._extended = 0  # rows added by extend() (the metrics sink's thread only)
+        self._extended = 0  # rows added by add_many() (the metrics sink's thread only)
+
+    def __len__(self) -> int:
+        """Rows held now."""
+        return len(self._values) // FIELDS
 
     def describe(self, name: str, kind: str, unit: str, description: str) -> None:
         self.instruments[name] = Instrument(kind, unit, description)
 
-    def held(
-        self,
-        name: str,
-        time_ns: int,
-        value: float | int,
-        attributes: Mapping[str, Any],
-        trace_id: int = 0,
-        span_id: int = 0,
-    ) -> tuple[Any, ...]:
-        """A row as it is held (see the class)."""
+    def _set_of(self, attributes: Mapping[str, Any]) -> Any:
+        """What a row holds of ``attributes``: the number of their set, or past MAX_SETS the
+        pairs themselves."""
         pairs = tuple(attributes.items()) if attributes else ()
         try:
             number = self.sets.get(pairs)
@@ -82,7 +87,7 @@ class Recorded:
             number = self.sets.get(pairs)
         if number is None:
             number = self._number(pairs)
-        return (name, time_ns, value, pairs if number is None else number, trace_id, span_id)
+        return pairs if number is None else number
 
     def _number(self, pairs: tuple[tuple[str, Any], ...]) -> int | None:
         """The number of a new attribute set (from any thread); None past MAX_SETS."""
@@ -103,37 +108,52 @@ class Recorded:
         trace_id: int = 0,
         span_id: int = 0,
     ) -> None:
-        # From the sink's and the sampler's threads, with no lock: a deque's append and a
+        # From the sink's and the sampler's threads, with no lock: the deque's extend and a
         # count's next are atomic.
-        self.rows.append(self.held(name, time_ns, value, attributes, trace_id, span_id))
+        self._values.extend((name, time_ns, value, self._set_of(attributes), trace_id, span_id))
         next(self._added)
 
-    def extend(self, rows: list[tuple[Any, ...]]) -> None:
-        """Several rows at once (the metrics sink's, only: its count is not atomic)."""
-        self.rows.extend(rows)
-        self._extended += len(rows)
+    def add_many(
+        self,
+        name: str,
+        time_ns: int,
+        values: list[tuple[float | int, Mapping[str, Any]]],
+        trace_id: int = 0,
+        span_id: int = 0,
+    ) -> None:
+        """A row of ``name`` for each (value, attributes) in ``values``, all of one time and
+        span, at once (the metrics sink's, only: its count is not atomic)."""
+        flat: list[Any] = []
+        set_of = self._set_of
+        for value, attributes in values:
+            flat += (name, time_ns, value, set_of(attributes), trace_id, span_id)
+        self._values.extend(flat)
+        self._extended += len(values)
 
     @property
     def evicted(self) -> int:
         """Rows dropped to keep :data:`CAPACITY` (the oldest)."""
         added = int(repr(self._added)[6:-1])  # count(5) -> 5; reading never advances it
-        return max(0, added + self._extended - len(self.rows))
+        return max(0, added + self._extended - len(self))
 
     def snapshot(self) -> list[Row]:
-        listed = self._listed
+        held, listed = self._copy(), self._listed
         return [
-            Row(n, t, v, dict(listed[a] if type(a) is int else a), trace, span)
-            for n, t, v, a, trace, span in self._copy()
+            Row(name, time_ns, value, dict(listed[a] if type(a) is int else a), trace, span)
+            for name, time_ns, value, a, trace, span in zip(
+                *(held[field::FIELDS] for field in range(FIELDS)), strict=True
+            )
         ]
 
     def values(self) -> list[tuple[str, float | int]]:
         """Each row's name and value, oldest first, with no row made (the run's summary)."""
-        return [(row[0], row[2]) for row in self._copy()]
+        held = self._copy()
+        return list(zip(held[0::FIELDS], held[2::FIELDS], strict=True))
 
-    def _copy(self) -> list[tuple[Any, ...]]:
+    def _copy(self) -> list[Any]:
         while True:
             try:
-                return list(self.rows)
+                return list(self._values)
             except RuntimeError:  # a row came in while copying: copy again
                 continue
 

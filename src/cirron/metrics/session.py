@@ -215,7 +215,7 @@ class MetricsSession:
         return {
             "spans_read": worker.exported,
             "spans_missed": worker.dropped,
-            "recorded": len(self.recorded.rows),
+            "recorded": len(self.recorded),
             "evicted": self.recorded.evicted,
             "samples": self.sampler.samples,
             "files_written": self.files.files_written if self.files is not None else 0,

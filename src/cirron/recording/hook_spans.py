@@ -29,6 +29,12 @@ then gets its span, ended with the others (status ERROR on a signal).
 
 A hook span whose parent is not one of cirron's lean spans (a custom sampler,
 a foreign parent) is opened the usual way at :func:`begin`.
+
+**Compiled.** Where cirron's C extension is built (:mod:`cirron.recording.hot`),
+:func:`begin`, :func:`end` and :func:`_finished` are its twins of the functions
+below: the same steps, without a Python frame, for the few spans every step
+makes. What is not the common path (a parent that is not a lean span, a call
+that raised, a span built while its call ran) they hand to the functions here.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from opentelemetry.trace import set_span_in_context
 
 from ..otel.processor import NOTED_WAKE_AT
 from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
-from . import recorder, training_state
+from . import hot, recorder, training_state
 from .scopes import close_span, close_with_error, open_on
 
 _context_var = context_variable()
@@ -284,6 +290,24 @@ def _forget_in_child() -> None:
     _open.clear()
 
 
+# The pure-Python twins, the reference (tests compare the compiled ones with them).
+PURE_TWINS = {"begin": begin, "end": end, "_finished": _finished}
+if hot.compiled is not None:  # the compiled twins, handed what they work with
+    hot.compiled.configure_hook_spans(
+        recorder=recorder,
+        open=_open,
+        context_var=_context_var,
+        span_key=SPAN_KEY,
+        scope_span=ScopeSpan,
+        build_here=build_here,
+        open_on=open_on,
+        end_built=_end_built,
+        end_pure=end,  # a hook span of the pure twin's (a test that mixes them)
+        finished_now=ScopeSpan.finished,
+        time_ns=_time_ns,
+        wake_at=NOTED_WAKE_AT,
+    )
+    begin, end, _finished = hot.compiled.begin, hot.compiled.end, hot.compiled.finished  # noqa: F811
 training_state.hooks.build_hook_spans = build_here
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
