@@ -335,8 +335,13 @@ def collector(steps: int, profiled: bool) -> dict[str, float]:
 def counted_steps(steps: int, profiled: bool) -> dict[str, int]:
     """``steps`` trivial steps (after 30 not counted) inside ``functools.reduce``: the one
     call of the process whose instructions :func:`instructions_per_step` has callgrind count,
-    on the training thread. Runs in a subprocess, under either SDK."""
+    on the training thread. Runs in a subprocess, under either SDK.
+
+    The garbage collector is off while they run: whether one of its passes (a million
+    instructions) falls inside the 300 steps or just after them is chance, and moved the
+    count by 4 %; the row "the garbage collector per step" measures it."""
     import functools
+    import gc
 
     import torch
 
@@ -345,7 +350,10 @@ def counted_steps(steps: int, profiled: bool) -> dict[str, int]:
     if profiled:
         ci.profile(output="none", frameworks=["torch"])
     case(30)
+    gc.collect()
+    gc.disable()
     functools.reduce(lambda _, __: case(steps), range(1), None)
+    gc.enable()
     ci.shutdown()
     return {"steps": steps}
 
@@ -364,6 +372,7 @@ def instructions_per_step(code: str, steps: int, python: str | None = None) -> f
     environment = {
         key: value for key, value in os.environ.items() if not key.startswith(("CIRRON_", "OTEL_"))
     }
+    environment["PYTHONHASHSEED"] = "0"  # the same dicts' collisions every run
     with tempfile.TemporaryDirectory(prefix="cirron-bench-") as directory:
         counts = os.path.join(directory, "callgrind.out")
         subprocess.run(

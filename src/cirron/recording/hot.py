@@ -1,11 +1,13 @@
-"""Which twin of the hottest hook entry runs: the compiled one, or the pure-Python one.
+"""Which twins of the hottest hook entries run: the compiled ones, or the pure-Python ones.
 
 Like ``wrapt``, cirron ships a small optional C extension, :mod:`cirron.recording._hot`,
 built from the sdist wherever a C compiler is present (a Linux x86_64 wheel
-carries it built). It holds only what runs for every module call of a model:
-torch's ``nn.Module.__call__``. The pure-Python twin
-(:func:`cirron.instrumentors.torch_modules.make_module_call`) is the reference
-and what every other platform gets; both give the same spans.
+carries it built). It holds only what runs for every module call of a model
+(torch's ``nn.Module.__call__``) and for every hook span of a step (their begin
+and end). The pure-Python twins
+(:func:`cirron.instrumentors.torch_modules.make_module_call`,
+:mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`)
+are the reference and what every other platform gets; both give the same spans.
 
 ``CIRRON_PURE_PYTHON=1`` asks for the pure twin even where the extension is
 built. ``ci.health()["hot_path"]`` says which one runs: ``compiled``, or
