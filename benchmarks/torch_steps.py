@@ -480,7 +480,7 @@ PURE_PYTHON = "import os\nos.environ['CIRRON_PURE_PYTHON'] = '1'\n"
 PURE_NOTE = (
     "the same pairs with CIRRON_PURE_PYTHON=1, the path of a platform "
     "the compiled helper is not built for; the rows above run the compiled nn.Module.__call__ "
-    "where it is built (ci.health()['hot_path'])."
+    "and hook spans where they are built (ci.health()['hot_path'])."
 )
 ITEMISED = (
     "the added time itemised: each layer of the hooks' work is measured with the layers below it on and those above it "
