@@ -147,6 +147,30 @@ def test_a_part_nested_in_another_counts_once_as_lightning_nests_them():
     }  # fmt: skip
 
 
+def test_a_step_with_thousands_of_forwards_holds_a_few_parts_and_the_same_figures():
+    # A step the sink waits for (a long one, or one a full buffer dropped) with 5,000 forwards
+    # inside, each with a recomputed forward and a forward nested in a forward: what waits is a
+    # part per name, and the times are those of every part.
+    import random
+
+    from cirron.metrics import from_spans
+
+    random.seed(0)
+    parts = []
+    for _ in range(5_000):
+        inner = [Part("forward", random.randint(1, 50), []), Part("data_load", 7, [])]
+        parts.append(Part(random.choice(["forward", "backward"]), random.randint(100, 900), inner))
+    sink = from_spans.SpanMetrics.__new__(from_spans.SpanMetrics)
+    sink._parts = collections.OrderedDict()
+    for part in parts:
+        sink._pass_up(1, [part])
+    held = sink._parts[1]
+    assert len(held) <= from_spans._MAX_PARTS
+    wall = sum(part.duration_ns for part in parts) + 1_000
+    assert step_parts(held, wall) == step_parts(parts, wall)
+    assert step_parts(from_spans.merged(parts), wall) == step_parts(parts, wall)
+
+
 def test_ci_metrics_works_after_shutdown_and_is_empty_with_metrics_off():
     ci.profile(output="none")
     for _ in ci.batches(range(3)):

@@ -52,6 +52,8 @@ _ABOVE_STEPS = frozenset((semconv.SESSION, semconv.TRAIN, semconv.EPOCH, *semcon
 _HELD = frozenset((semconv.STEP, semconv.BATCH, semconv.EPOCH))  # held whole: a figure reads them
 _DERIVED = _HELD | frozenset(semconv.STEP_PARTS)  # the spans a figure comes from
 _MAX_PENDING = 10_000  # parents with part spans waiting for them; past it the oldest go
+# Part spans waiting under one parent past which those of one name are summed (merged).
+_MAX_PARTS = 256
 # Attributes shared by every value that has them (ci.metrics() keeps a reference per value).
 _PART_ATTRIBUTES = {part: {semconv.STEP_PART: part} for part in (*semconv.STEP_PARTS, OTHER)}
 _NO_ATTRIBUTES: dict[str, Any] = {}
@@ -82,6 +84,18 @@ def step_parts(parts: list[Part], wall_ns: int, data_load_ns: Any = None) -> dic
         totals[semconv.DATA_LOAD] += data_load_ns  # a ci.batches batch's wait for its loader
     totals[OTHER] = max(wall_ns - sum(totals[part] for part in semconv.STEP_PARTS), 0)
     return totals
+
+
+def merged(parts: list[Part]) -> list[Part]:
+    """``parts`` with the siblings of one name made one (their times summed, their insides
+    merged the same way): :func:`step_parts` gives the same totals for both, as it only adds
+    and subtracts times, and the parts held for one step stay a few whatever its forwards."""
+    by_name: dict[str, tuple[int, list[Part]]] = {}
+    for part in parts:
+        duration, inside = by_name.get(part.name, (0, []))
+        inside.extend(part.inside)
+        by_name[part.name] = (duration + part.duration_ns, inside)
+    return [Part(name, duration, merged(inside)) for name, (duration, inside) in by_name.items()]
 
 
 def _walk(nodes: list[Part], current: str | None, totals: dict[str, int]) -> None:
@@ -257,7 +271,10 @@ class SpanMetrics(SpanExporter):
     def _pass_up(self, parent_id: int | None, parts: list[Part]) -> None:
         if parent_id is None:
             return
-        self._parts.setdefault(parent_id, []).extend(parts)
+        waiting = self._parts.setdefault(parent_id, [])
+        waiting.extend(parts)
+        if len(waiting) > _MAX_PARTS:  # a step that never arrives (dropped) or a long one
+            self._parts[parent_id] = merged(waiting)
         if len(self._parts) > _MAX_PENDING:
             self._parts.popitem(last=False)
 
