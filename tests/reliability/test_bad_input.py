@@ -296,6 +296,38 @@ def test_sixteen_threads_at_once_lose_nothing(tmp_path):
     assert health["spans_dropped"] == health["export_errors"] == health["threads_restarted"] == 0
 
 
+@pytest.mark.skipif(
+    not os.access("/proc/thread-self/schedstat", os.R_OK), reason="needs /proc/thread-self"
+)
+def test_threads_that_measure_steps_at_once_each_read_a_file_of_their_own():
+    # A file shared by the threads was closed by each thread that took it over, sometimes
+    # twice, and the second close shut a spool file being written (its spans lost).
+    from cirron.training import resources
+
+    start = threading.Barrier(8)
+    held = {}
+
+    def measure(number):
+        start.wait()
+        for _ in range(50):
+            assert resources.run_delay.ns() >= 0
+        held[number] = resources.run_delay._local.file.fd
+        start.wait()  # every file is still open here: eight different ones
+
+    threads = [threading.Thread(target=measure, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(set(held.values())) == 8
+    for fd in held.values():  # closed with their threads (or the number given to another file)
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        assert not target.endswith("schedstat"), target
+
+
 def test_profile_racing_itself_from_eight_threads_starts_one_profiler(tmp_path, caplog):
     start = threading.Barrier(8)
     handles = []

@@ -122,40 +122,61 @@ memory = _Memory()
 
 class _RunDelay:
     """How long this thread has been ready to run but waited for a CPU (ns): the second
-    figure of ``/proc/thread-self/schedstat`` (Linux), from a file kept open for the thread
-    that opened it (the file is that thread's, whichever thread reads it). -1 where the
-    kernel does not say. Sleeping, I/O and waiting on a lock are not in it: it tells a
-    thread that was preempted from one that waited."""
+    figure of ``/proc/thread-self/schedstat`` (Linux), from a file each thread keeps open
+    for itself (:class:`_ThreadFile`). -1 where the kernel does not say. Sleeping, I/O and
+    waiting on a lock are not in it: it tells a thread that was preempted from one that
+    waited.
+
+    One file per thread, never one shared: threads that measured steps at once (16 threads
+    of ``ci.batches``) each closed the shared file to open their own, two of them sometimes
+    the same one, and the second close then closed whatever file had just been given that
+    number: a spool file being written (``Bad file descriptor``, its spans lost)."""
 
     def __init__(self) -> None:
-        self._fd: int | None = None
-        self._owner = (0, 0)  # (process, thread) the file is of
-        self._read: Callable[[int], bytes] = _os_read
+        self._local = threading.local()
 
     def ns(self) -> int:
-        owner = (os.getpid(), _get_ident())
-        if owner != self._owner:  # first use, another thread, or a forked child
-            self._open(owner)
-        if self._fd is None:
+        file = getattr(self._local, "file", None)
+        if file is None or file.pid != os.getpid():  # first use here, or a forked child
+            file = self._local.file = _ThreadFile()
+        if file.fd is None:
             return -1
         try:
-            return int(self._read(self._fd).split()[1])
+            return int(file.read(file.fd).split()[1])
         except (OSError, ValueError, IndexError):
-            self._fd = None
+            file.close()
             return -1
 
-    def _open(self, owner: tuple[int, int]) -> None:
-        if self._fd is not None:  # another thread's (or, forked, the parent's thread's)
+
+class _ThreadFile:
+    """``/proc/thread-self/schedstat`` as the thread that opened it reads it: closed when the
+    thread's data goes (the thread ended) or when a forked child opens its own."""
+
+    __slots__ = ("fd", "pid", "read")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.read: Callable[[int], bytes] = _os_read
+        try:
+            self.fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        except (OSError, AttributeError):  # not Linux, or no scheduler statistics
+            self.fd = None
+            return
+        self.read = _held_read() or _os_read  # its own buffer: no other thread reads into it
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
             try:
-                os.close(self._fd)
+                os.close(fd)
             except OSError:
                 pass
-        self._owner, self._fd = owner, None
+
+    def __del__(self) -> None:
         try:
-            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-        except (OSError, AttributeError):  # not Linux, or no scheduler statistics
-            return
-        self._read = _held_read() or _os_read
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit, os may be gone already
+            pass
 
 
 run_delay = _RunDelay()
