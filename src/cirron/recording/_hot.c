@@ -250,7 +250,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *name;
     PyObject *attributes;
-    long long start_ns;
+    PyObject *start_ns;     /* time.time_ns() at begin (None: not noted, a span opened at once) */
     PyObject *current;      /* the current span at begin (None: nothing current) */
     PyObject *parent;       /* the lean span it is a child of; None once its span is built */
     PyObject *context;      /* the OTel context at begin */
@@ -266,6 +266,7 @@ hook_span_dealloc(HookSpanObject *self)
 {
     Py_XDECREF(self->name);
     Py_XDECREF(self->attributes);
+    Py_XDECREF(self->start_ns);
     Py_XDECREF(self->current);
     Py_XDECREF(self->parent);
     Py_XDECREF(self->context);
@@ -277,7 +278,7 @@ hook_span_dealloc(HookSpanObject *self)
 static PyMemberDef hook_span_members[] = {
     {"name", T_OBJECT, offsetof(HookSpanObject, name), 0, NULL},
     {"attributes", T_OBJECT, offsetof(HookSpanObject, attributes), 0, NULL},
-    {"start_ns", T_LONGLONG, offsetof(HookSpanObject, start_ns), 0, NULL},
+    {"start_ns", T_OBJECT, offsetof(HookSpanObject, start_ns), 0, NULL},
     {"current", T_OBJECT, offsetof(HookSpanObject, current), 0, NULL},
     {"parent", T_OBJECT, offsetof(HookSpanObject, parent), 0, NULL},
     {"context", T_OBJECT, offsetof(HookSpanObject, context), 0, NULL},
@@ -296,28 +297,6 @@ static PyTypeObject HookSpanType = {
     .tp_dealloc = (destructor)hook_span_dealloc,
     .tp_members = hook_span_members,
 };
-
-/* Replace a member's reference (steals ``value``). */
-static inline void
-set_member(PyObject **member, PyObject *value)
-{
-    PyObject *old = *member;
-    *member = value;
-    Py_XDECREF(old);
-}
-
-/* time.time_ns(), as a C integer (-1 with an exception set on failure). */
-static long long
-now_ns(void)
-{
-    PyObject *now = PyObject_CallNoArgs(hs_time_ns);
-    if (now == NULL) {
-        return -1;
-    }
-    long long value = PyLong_AsLongLong(now);
-    Py_DECREF(now);
-    return value;
-}
 
 /* getattr(owner, name) is true: 1, false: 0, failed: -1. */
 static int
@@ -425,7 +404,7 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     }
     hook->name = Py_NewRef(name);
     hook->attributes = Py_NewRef(attributes);
-    hook->start_ns = 0;
+    hook->start_ns = Py_NewRef(Py_None);
     hook->current = Py_NewRef(current);
     hook->parent = Py_NewRef(Py_None);
     hook->context = Py_NewRef(context);
@@ -449,10 +428,10 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
         }
     }
     if (lean_parent) {
-        set_member(&hook->parent, Py_NewRef(parent));
+        Py_XSETREF(hook->parent, Py_NewRef(parent));
         hook->thread = PyThread_get_thread_ident();
-        hook->start_ns = now_ns();
-        if (hook->start_ns == -1 && PyErr_Occurred()) {
+        Py_XSETREF(hook->start_ns, PyObject_CallNoArgs(hs_time_ns));
+        if (hook->start_ns == NULL) {
             goto failed;
         }
         if (PyList_Append(hs_open, (PyObject *)hook) < 0) {
@@ -465,7 +444,7 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
         if (opened == NULL) {
             goto failed;
         }
-        set_member(&hook->opened, opened);
+        Py_XSETREF(hook->opened, opened);
     }
     if (device && hs_device != NULL) {
         PyObject *cuda = PyList_GET_SIZE(hs_device) > 0 ? PyList_GET_ITEM(hs_device, 0) : Py_None;
@@ -641,28 +620,21 @@ hook_end(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *k
         Py_INCREF(deferred);
     }
     PyObject *result = NULL;
-    long long end = now_ns();
-    PyObject *end_ns = end == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(end);
+    PyObject *end_ns = PyObject_CallNoArgs(hs_time_ns);
     if (end_ns == NULL) {
         Py_DECREF(deferred);
         return NULL;
     }
     PyObject *parent = Py_NewRef(hook->parent);
     if (hook->opened == Py_None && error == Py_None) {
-        set_member(&hook->parent, Py_NewRef(Py_None)); /* built from here on: not again */
+        Py_XSETREF(hook->parent, Py_NewRef(Py_None)); /* built from here on: not again */
         if (unlist((PyObject *)hook) < 0) {
             goto done;
         }
         if (hook->opened == Py_None) {
-            PyObject *start_ns = PyLong_FromLongLong(hook->start_ns);
-            if (start_ns == NULL) {
-                goto done;
-            }
             PyObject *fields[7] = {hook->name, parent, hook->attributes, hook->context,
-                                   start_ns, end_ns, deferred};
-            int failed = finished_impl(fields);
-            Py_DECREF(start_ns);
-            if (failed == 0) {
+                                   hook->start_ns, end_ns, deferred};
+            if (finished_impl(fields) == 0) {
                 result = Py_NewRef(Py_None);
             }
             goto done;
