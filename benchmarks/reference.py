@@ -134,13 +134,19 @@ def dropped(health: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def run_snippet(code: str, python: str | None = None, timeout: float = 600) -> Any:
-    """Run ``code`` under ``python`` (default: this interpreter); returns what it reported."""
-    environment = {
+def snippet_environment() -> dict[str, str]:
+    """This process's environment without what would configure an SDK in a snippet's process
+    (``CIRRON_*``, ``OTEL_*``, a ``TRACEPARENT`` to join)."""
+    return {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("CIRRON_", "OTEL_")) and key != "TRACEPARENT"
     }
+
+
+def run_snippet(code: str, python: str | None = None, timeout: float = 600) -> Any:
+    """Run ``code`` under ``python`` (default: this interpreter); returns what it reported."""
+    environment = snippet_environment()
     with tempfile.TemporaryDirectory(prefix="cirron-bench-") as directory:
         result = subprocess.run(
             [python or sys.executable, "-c", code],

@@ -369,9 +369,7 @@ def instructions_per_step(code: str, steps: int, python: str | None = None) -> f
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         return None
-    environment = {
-        key: value for key, value in os.environ.items() if not key.startswith(("CIRRON_", "OTEL_"))
-    }
+    environment = reference.snippet_environment()
     environment["PYTHONHASHSEED"] = "0"  # the same dicts' collisions every run
     with tempfile.TemporaryDirectory(prefix="cirron-bench-") as directory:
         counts = os.path.join(directory, "callgrind.out")
@@ -702,8 +700,8 @@ def _instruction_rows(counted: dict[str, float | None]) -> list[Row]:
             bare / 1000,
             "k",
             reference_added / 1000 if reference_added is not None else None,
-            note="counted by valgrind's callgrind on the training thread, 300 steps: the same "
-            "every run, where the timed rows vary by more than the targets",
+            note="counted by valgrind's callgrind on the training thread, 300 steps: within a "
+            "few thousand from run to run, where the timed rows vary by more than the targets",
         ),
         Row(
             "  pure-Python hooks",
