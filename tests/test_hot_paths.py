@@ -136,3 +136,108 @@ def test_the_compiled_hook_spans_raise_on_a_wrong_call_and_never_crash():
     tree = str(_shape(ci.trace(format="dict")))
     ci.shutdown()
     assert "('step', 'UNSET', (('forward', 'UNSET', ()),))" in tree
+
+
+def _api_script() -> tuple:
+    """Scopes and marks as a user's loop writes them, and the odd cases each path hands on."""
+    import asyncio
+    import threading
+
+    ci.profile(output="none", frameworks=[], config={"max_events": 5})
+    ci.mark("before", 1.0)  # no scope open: on cirron.session
+    with ci.scope("epoch", index=0):
+        for step in range(3):
+            with ci.scope("step"):
+                ci.mark("loss", 0.5 + step)
+                ci.mark("lr", 1e-3, "point")
+                ci.mark("seen", step, kind="point")  # an int: the pure twin's
+                ci.mark("tag", "warmup", unit="none")
+                ci.mark("acc", 0.9, kind="summary")
+        with ci.scope("many"):
+            for i in range(8):  # past max_events: the oldest dropped and counted
+                ci.mark("loss", float(i))
+        try:
+            with ci.scope("fails"):
+                raise ValueError("a bad batch")
+        except ValueError:
+            pass
+
+    def moved():  # entered in one generator step, left in another context
+        with ci.scope("in a generator"):
+            yield 1
+            yield 2
+
+    items = moved()
+    next(items)
+    with ci.scope("between"):
+        ci.mark("x", 2.0)
+    list(items)
+
+    @ci.scope
+    def decorated():
+        ci.mark("inside", 3.0)
+
+    decorated()
+
+    async def task():
+        with ci.scope("task"):
+            ci.mark("async", 4.0)
+
+    asyncio.run(task())
+    worker = threading.Thread(
+        target=lambda: ci.scope("thread").__enter__().__exit__(None, None, None)
+    )
+    worker.start()
+    worker.join()
+    for _ in ci.batches(range(2)):
+        with ci.scope("batch work"):
+            ci.mark("loss", 1.5)
+    with pytest.raises(ValueError):
+        ci.mark("", 1.0)
+    with pytest.raises(ValueError):
+        ci.mark("loss", 1.0, kind="sometimes")
+    with pytest.raises((TypeError, ValueError)):
+        ci.scope("")
+    dropped = ci.health()["marks_dropped"]
+    ci.shutdown()
+    tree = ci.trace(format="dict")
+
+    def shape(node):
+        marks = tuple((m["name"], m["value"], m["kind"]) for m in node["marks"])
+        measured = ("cpu", "process.", "data_load")  # times and sizes differ from run to run
+        attributes = tuple(
+            sorted((k, str(v)) for k, v in node["attributes"].items() if not k.startswith(measured))
+        )
+        children = tuple(sorted(shape(child) for child in node["children"]))
+        return (node["name"], node.get("status"), marks, attributes, children)
+
+    return shape(tree), dropped
+
+
+def test_scopes_and_marks_give_the_same_trace_on_both_paths(monkeypatch):
+    from cirron.recording import marks, scopes
+
+    assert type(ci.scope).__name__ == "ScopeCall" and type(ci.mark).__name__ == "Mark"
+    compiled = _api_script()
+    monkeypatch.setattr(ci, "scope", scopes.PURE_TWINS["scope"])
+    monkeypatch.setattr(scopes.Scope, "__enter__", scopes.PURE_TWINS["__enter__"])
+    monkeypatch.setattr(scopes.Scope, "__exit__", scopes.PURE_TWINS["__exit__"])
+    monkeypatch.setattr(ci, "mark", marks.PURE_MARK)
+    pure = _api_script()
+    assert compiled == pure
+    text = str(compiled)
+    assert "'in a generator'" in text and "'thread'" in text and "'task'" in text
+    assert compiled[1] == 3  # 8 marks on a span that keeps 5
+
+
+def test_the_compiled_scope_and_mark_read_as_the_functions_they_stand_for():
+    from cirron.recording import marks, scopes
+
+    assert inspect.signature(ci.mark) == inspect.signature(marks.PURE_MARK)
+    assert inspect.signature(ci.scope) == inspect.signature(scopes.PURE_TWINS["scope"])
+    assert ci.mark.__doc__ == marks.PURE_MARK.__doc__ and ci.mark.__name__ == "mark"
+    assert ci.scope.__doc__.startswith("Open a named region")
+    with pytest.raises(TypeError):
+        ci.mark()  # a wrong call: the pure twin's error, never a crash
+    with pytest.raises(TypeError):
+        scopes.Scope.__exit__()

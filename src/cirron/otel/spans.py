@@ -75,7 +75,13 @@ def _clean_attribute(key: Any, value: Any, max_length: int) -> Any:
 
 
 class MarkEvent(Event):
-    """An SDK ``Event`` built without the generic path (attributes are pre-validated)."""
+    """An SDK ``Event`` built without the generic path (attributes are pre-validated).
+
+    Its fields are slots: no dict per event, and the compiled ``ci.mark`` fills them in
+    (``cirron.recording._hot``).
+    """
+
+    __slots__ = ("_name", "_attributes", "_timestamp")
 
     def __init__(self, name: str, attributes: Mapping[str, Any], timestamp: int) -> None:
         self._name = name

@@ -695,12 +695,853 @@ watch_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * ci.mark, compiled: a float under a name, as an event on the innermost open lean span.
+ *
+ * Only the common case runs here: mark(name, value) or kind="point", a str name, a float
+ * value, on one of cirron's open lean spans with room for the event, nothing waiting to be
+ * settled first (a batch fetch, a hook span to build). Everything else goes to the pure
+ * cirron.recording.marks.mark it was made with, which checks it all again: what a mark
+ * means, and every error a mark raises, stay in Python.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *pure;        /* cirron.recording.marks.mark, the pure twin */
+    PyObject *recorder;    /* cirron.recording.recorder: its .current */
+    PyObject *pending;     /* training_state.pending_fetches (a list) */
+    PyObject *open;        /* training_state.open_hook_spans (a list) */
+    PyObject *completed;   /* training_state.completed: [a completed step's span, loop] */
+    PyObject *context_var; /* the OTel context's ContextVar */
+    PyObject *span_key;    /* the context's key of the current span */
+    PyObject *scope_span;  /* cirron.otel.spans.ScopeSpan */
+    PyObject *event;       /* cirron.otel.spans.MarkEvent (its fields are slots) */
+    PyObject *value_key;   /* semconv.MARK_VALUE */
+    PyObject *time_ns;     /* time.time_ns */
+    Py_ssize_t at_name, at_attributes, at_timestamp; /* MarkEvent's slots, as offsets */
+    vectorcallfunc vectorcall;
+} MarkObject;
+
+static PyObject *str_point, *str_kind, *str_events, *str_state, *str_max_events;
+
+/* The span a fast mark goes on (new reference), or NULL with no error: the pure twin's. */
+static PyObject *
+mark_target(MarkObject *self)
+{
+    PyObject *rec = PyObject_GetAttr(self->recorder, str_current);
+    if (rec == NULL) {
+        return NULL;
+    }
+    int on = rec == Py_None ? 0 : attribute_true(rec, str_enabled);
+    Py_DECREF(rec);
+    if (on <= 0 || PyList_GET_SIZE(self->pending) > 0 || PyList_GET_SIZE(self->open) > 0) {
+        return NULL;
+    }
+    PyObject *context = NULL;
+    if (PyContextVar_Get(self->context_var, NULL, &context) < 0 || context == NULL
+        || !PyDict_Check(context)) {
+        Py_XDECREF(context);
+        return NULL;
+    }
+    PyObject *span = PyDict_GetItemWithError(context, self->span_key);
+    Py_XINCREF(span);
+    Py_DECREF(context);
+    if (span == NULL || (PyObject *)Py_TYPE(span) != self->scope_span
+        || (PyList_GET_SIZE(self->completed) > 0 && PyList_GET_ITEM(self->completed, 0) == span)) {
+        Py_XDECREF(span);
+        return NULL;
+    }
+    PyObject *end_time = PyObject_GetAttr(span, str_end_time);
+    Py_XDECREF(end_time);
+    if (end_time != Py_None) {
+        Py_DECREF(span);
+        return NULL;
+    }
+    return span;
+}
+
+/* The span's list of events with room for one more (new reference), or NULL with no error. */
+static PyObject *
+room_on(PyObject *span)
+{
+    PyObject *events = PyObject_GetAttr(span, str_events);
+    if (events == NULL) {
+        return NULL;
+    }
+    if (PyTuple_CheckExact(events) && PyTuple_GET_SIZE(events) == 0) { /* the first event */
+        Py_SETREF(events, PyList_New(0));
+        if (events == NULL || PyObject_SetAttr(span, str_events, events) < 0) {
+            Py_XDECREF(events);
+            return NULL;
+        }
+        return events;
+    }
+    if (!PyList_CheckExact(events)) { /* at the limit once: a deque, the pure twin's */
+        Py_DECREF(events);
+        return NULL;
+    }
+    PyObject *state = PyObject_GetAttr(span, str_state);
+    PyObject *limit = state == NULL ? NULL : PyObject_GetAttr(state, str_max_events);
+    Py_XDECREF(state);
+    Py_ssize_t most = limit == NULL ? -1 : PyLong_AsSsize_t(limit);
+    Py_XDECREF(limit);
+    if (most < 0 || PyList_GET_SIZE(events) >= most) {
+        Py_DECREF(events);
+        return NULL;
+    }
+    return events;
+}
+
+static PyObject *
+mark_event(MarkObject *self, PyObject *name, PyObject *value)
+{
+    PyObject *attributes = PyDict_New();
+    if (attributes == NULL) {
+        return NULL;
+    }
+    if (PyDict_SetItem(attributes, self->value_key, value) < 0) {
+        Py_DECREF(attributes);
+        return NULL;
+    }
+    PyObject *timestamp = PyObject_CallNoArgs(self->time_ns);
+    if (timestamp == NULL) {
+        Py_DECREF(attributes);
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)self->event;
+    PyObject *event = type->tp_alloc(type, 0);
+    if (event == NULL) {
+        Py_DECREF(attributes);
+        Py_DECREF(timestamp);
+        return NULL;
+    }
+    /* The slots are empty (NULL) in a new object: each takes its reference. */
+    *(PyObject **)((char *)event + self->at_name) = Py_NewRef(name);
+    *(PyObject **)((char *)event + self->at_attributes) = attributes;
+    *(PyObject **)((char *)event + self->at_timestamp) = timestamp;
+    return event;
+}
+
+static PyObject *
+mark_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    MarkObject *self = (MarkObject *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    int point = nargs == 2 && nkw == 0;
+    if (!point && nargs + nkw == 3 && nargs >= 2 && PyUnicode_CheckExact(args[2])
+        && (nkw == 0 || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_kind) == 0)) {
+        point = PyUnicode_Compare(args[2], str_point) == 0;
+    }
+    if (point && PyUnicode_CheckExact(args[0]) && PyUnicode_GET_LENGTH(args[0]) > 0
+        && PyFloat_CheckExact(args[1])) {
+        PyObject *span = mark_target(self);
+        PyObject *events = span == NULL || PyErr_Occurred() ? NULL : room_on(span);
+        Py_XDECREF(span);
+        if (events != NULL) {
+            PyObject *event = mark_event(self, args[0], args[1]);
+            int added = event == NULL ? -1 : PyList_Append(events, event);
+            Py_XDECREF(event);
+            Py_DECREF(events);
+            if (added < 0) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        PyErr_Clear(); /* whatever failed on the way, the pure twin looks at it all again */
+    }
+    return PyObject_Vectorcall(self->pure, args, nargsf, kwnames);
+}
+
+/* A MarkEvent slot's offset in its objects (-1 with an error: no such slot). */
+static Py_ssize_t
+slot_offset(PyObject *type, const char *name)
+{
+    PyObject *descriptor = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, name);
+    if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)descriptor)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "event must have a slot %s", name);
+        return -1;
+    }
+    return ((PyMemberDescrObject *)descriptor)->d_member->offset;
+}
+
+static PyObject *
+mark_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fields[11];
+    static char *names[] = {"pure", "recorder", "pending", "open", "completed", "context_var",
+                            "span_key", "scope_span", "event", "value_key", "time_ns", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOO!O!O!OOO!O!OO", names, &fields[0],
+                                     &fields[1], &PyList_Type, &fields[2], &PyList_Type,
+                                     &fields[3], &PyList_Type, &fields[4], &fields[5], &fields[6],
+                                     &PyType_Type, &fields[7], &PyType_Type, &fields[8],
+                                     &fields[9], &fields[10])) {
+        return NULL;
+    }
+    if (!PyContextVar_CheckExact(fields[5])) {
+        PyErr_SetString(PyExc_TypeError, "context_var must be a contextvars.ContextVar");
+        return NULL;
+    }
+    Py_ssize_t at_name = slot_offset(fields[8], "_name");
+    Py_ssize_t at_attributes = at_name < 0 ? -1 : slot_offset(fields[8], "_attributes");
+    Py_ssize_t at_timestamp = at_attributes < 0 ? -1 : slot_offset(fields[8], "_timestamp");
+    if (at_timestamp < 0) {
+        return NULL;
+    }
+    MarkObject *self = (MarkObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    PyObject **slots[11] = {&self->pure, &self->recorder, &self->pending, &self->open,
+                            &self->completed, &self->context_var, &self->span_key,
+                            &self->scope_span, &self->event, &self->value_key, &self->time_ns};
+    for (int i = 0; i < 11; i++) {
+        *slots[i] = Py_NewRef(fields[i]);
+    }
+    self->at_name = at_name;
+    self->at_attributes = at_attributes;
+    self->at_timestamp = at_timestamp;
+    self->vectorcall = mark_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+mark_traverse(MarkObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->pure);
+    Py_VISIT(self->recorder);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->open);
+    Py_VISIT(self->completed);
+    Py_VISIT(self->context_var);
+    Py_VISIT(self->span_key);
+    Py_VISIT(self->scope_span);
+    Py_VISIT(self->event);
+    Py_VISIT(self->value_key);
+    Py_VISIT(self->time_ns);
+    return 0;
+}
+
+static int
+mark_clear(MarkObject *self)
+{
+    Py_CLEAR(self->pure);
+    Py_CLEAR(self->recorder);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->open);
+    Py_CLEAR(self->completed);
+    Py_CLEAR(self->context_var);
+    Py_CLEAR(self->span_key);
+    Py_CLEAR(self->scope_span);
+    Py_CLEAR(self->event);
+    Py_CLEAR(self->value_key);
+    Py_CLEAR(self->time_ns);
+    return 0;
+}
+
+static void
+mark_dealloc(MarkObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    mark_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* What reads a function reads the pure twin's: its name, its text, its signature. */
+static PyObject *
+mark_of_pure(MarkObject *self, void *name)
+{
+    if (self->pure == NULL) {
+        PyErr_SetString(PyExc_AttributeError, (const char *)name);
+        return NULL;
+    }
+    return PyObject_GetAttrString(self->pure, (const char *)name);
+}
+
+static PyObject *
+mark_wrapped(MarkObject *self, void *closure)
+{
+    if (self->pure == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "__wrapped__");
+        return NULL;
+    }
+    return Py_NewRef(self->pure);
+}
+
+static PyGetSetDef mark_getset[] = {
+    {"__wrapped__", (getter)mark_wrapped, NULL, "the pure-Python twin", NULL},
+    {"__name__", (getter)mark_of_pure, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)mark_of_pure, NULL, NULL, "__qualname__"},
+    {"__module__", (getter)mark_of_pure, NULL, NULL, "__module__"},
+    {"__doc__", (getter)mark_of_pure, NULL, NULL, "__doc__"},
+    {NULL},
+};
+
+static PyTypeObject MarkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cirron.recording._hot.Mark",
+    .tp_basicsize = sizeof(MarkObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = mark_new,
+    .tp_traverse = (traverseproc)mark_traverse,
+    .tp_clear = (inquiry)mark_clear,
+    .tp_dealloc = (destructor)mark_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(MarkObject, vectorcall),
+    .tp_getset = mark_getset,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * ci.scope, compiled: scope(name), Scope.__enter__ and Scope.__exit__ on the common path.
+ *
+ * The common path: a scope with a str name and no attributes given; entered on a thread
+ * where one of cirron's lean spans is open (or at the top level, under cirron.session),
+ * nothing waiting to be settled first, within the nesting limit; left without an error, in
+ * the order it was entered. Everything else is the pure twin's (cirron.recording.scopes),
+ * from the start: these decide nothing before they know the whole call is theirs.
+ * ScopeSpan itself (its start, its end, the span processors) stays in Python.
+ * ------------------------------------------------------------------------------------- */
+
+/* What configure_scopes was given (owned references; NULL until it is called). */
+static PyObject *sc_recorder, *sc_pending, *sc_open, *sc_completed, *sc_enclosing,
+    *sc_context_var, *sc_span_key, *sc_depth_key, *sc_scope_span, *sc_context, *sc_restore,
+    *sc_scope, *sc_random_bits, *sc_time_ns, *sc_sixty_four;
+static Py_ssize_t sc_max_depth;
+/* The offsets of Scope's slots: name, attributes, span, start_ns, _opened. */
+static Py_ssize_t at_scope_name, at_scope_attributes, at_scope_span, at_scope_start,
+    at_scope_opened;
+static PyObject *str_end, *str_trace_id, *str_random_ids, *str_new_span_id, *str_name_field,
+    *str_span_id, *str_parent_span, *str_attributes_field, *str_start_time, *str_processors,
+    *str_span_processors, *str_on_start, *str_on_end;
+
+#define SLOT(object, offset) (*(PyObject **)((char *)(object) + (offset)))
+
+enum { SCOPE_NEW, SCOPE_ENTER, SCOPE_EXIT };
+
+typedef struct {
+    PyObject_HEAD
+    int which;      /* SCOPE_NEW (ci.scope), SCOPE_ENTER or SCOPE_EXIT */
+    PyObject *pure; /* the pure twin, which runs everything off the common path */
+    vectorcallfunc vectorcall;
+} ScopeCallObject;
+
+/* recorder.current, when it records: a new reference, or NULL with no error (not here). */
+static PyObject *
+recording(PyObject *recorder_module)
+{
+    PyObject *rec = PyObject_GetAttr(recorder_module, str_current);
+    if (rec == NULL || rec == Py_None) {
+        Py_XDECREF(rec);
+        PyErr_Clear();
+        return NULL;
+    }
+    int on = attribute_true(rec, str_enabled);
+    if (on <= 0) {
+        Py_DECREF(rec);
+        PyErr_Clear();
+        return NULL;
+    }
+    return rec;
+}
+
+/* scope(name): a Scope, made here (1); 0: the pure twin's; -1: an error. */
+static PyObject *
+scope_new_fast(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs != 1 || kwnames != NULL || !PyUnicode_CheckExact(args[0])
+        || PyUnicode_GET_LENGTH(args[0]) == 0) {
+        return NULL;
+    }
+    PyObject *rec = recording(sc_recorder);
+    if (rec == NULL) {
+        return NULL;
+    }
+    Py_DECREF(rec);
+    PyObject *attributes = PyDict_New();
+    if (attributes == NULL) {
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)sc_scope;
+    PyObject *scope = type->tp_alloc(type, 0);
+    if (scope == NULL) {
+        Py_DECREF(attributes);
+        return NULL;
+    }
+    SLOT(scope, at_scope_name) = Py_NewRef(args[0]);
+    SLOT(scope, at_scope_attributes) = attributes;
+    SLOT(scope, at_scope_span) = Py_NewRef(Py_None);
+    SLOT(scope, at_scope_start) = Py_NewRef(Py_None);
+    return scope;
+}
+
+/* ScopeSpan(name, trace_id, parent, attributes, state, parent_context, start_ns), as its
+ * __init__ makes it (new reference): the same fields, then each processor's on_start. */
+static PyObject *
+new_scope_span(PyObject *const *fields)
+{
+    PyObject *state = fields[4];
+    int random_ids = attribute_true(state, str_random_ids);
+    if (random_ids < 0) {
+        return NULL;
+    }
+    PyObject *span_id = random_ids ? PyObject_CallOneArg(sc_random_bits, sc_sixty_four) : NULL;
+    if (span_id == NULL && random_ids) {
+        return NULL;
+    }
+    if (span_id == NULL || !PyObject_IsTrue(span_id)) { /* 0 is invalid: the generator again */
+        Py_XSETREF(span_id, PyObject_CallMethodNoArgs(state, str_new_span_id));
+        if (span_id == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *start = fields[6] != Py_None ? Py_NewRef(fields[6]) : PyObject_CallNoArgs(sc_time_ns);
+    PyTypeObject *type = (PyTypeObject *)sc_scope_span;
+    PyObject *span = start == NULL ? NULL : type->tp_alloc(type, 0);
+    if (span == NULL) {
+        Py_DECREF(span_id);
+        Py_XDECREF(start);
+        return NULL;
+    }
+    PyObject *values[7] = {fields[0], fields[1], span_id, fields[2], fields[3], state, start};
+    PyObject *names[7] = {str_name_field, str_trace_id, str_span_id, str_parent_span,
+                          str_attributes_field, str_state, str_start_time};
+    int set = 0;
+    for (int i = 0; i < 7 && set == 0; i++) {
+        set = PyObject_GenericSetAttr(span, names[i], values[i]);
+    }
+    Py_DECREF(span_id);
+    Py_DECREF(start);
+    if (set < 0) {
+        Py_DECREF(span);
+        return NULL;
+    }
+    PyObject *processors = PyObject_GetAttr(state, str_processors);
+    PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
+    Py_XDECREF(processors);
+    if (each == NULL || !PyTuple_Check(each)) {
+        if (each != NULL) {
+            PyErr_SetString(PyExc_TypeError, "the span processors are not a tuple");
+        }
+        Py_XDECREF(each);
+        Py_DECREF(span);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(each); i++) {
+        PyObject *call[3] = {PyTuple_GET_ITEM(each, i), span, fields[5]};
+        PyObject *done = PyObject_VectorcallMethod(str_on_start, call,
+                                                   3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (done == NULL) {
+            Py_DECREF(each);
+            Py_DECREF(span);
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    Py_DECREF(each);
+    return span;
+}
+
+/* ScopeSpan.end() (0, or -1 with an error): ended once, then each processor's on_end. As in
+ * the pure end, nothing runs between the test and the store that could switch threads. */
+static int
+end_scope_span(PyObject *span)
+{
+    if ((PyObject *)Py_TYPE(span) != sc_scope_span) { /* an SDK span (the pure twin's) */
+        PyObject *ended = PyObject_CallMethodNoArgs(span, str_end);
+        Py_XDECREF(ended);
+        return ended == NULL ? -1 : 0;
+    }
+    PyObject *stamp = PyObject_CallNoArgs(sc_time_ns);
+    if (stamp == NULL) {
+        return -1;
+    }
+    PyObject *end_time = PyObject_GetAttr(span, str_end_time);
+    if (end_time == NULL || end_time != Py_None) {
+        Py_XDECREF(end_time);
+        Py_DECREF(stamp);
+        return end_time == NULL ? -1 : 0;
+    }
+    Py_DECREF(end_time);
+    int set = PyObject_GenericSetAttr(span, str_end_time, stamp);
+    Py_DECREF(stamp);
+    if (set < 0) {
+        return -1;
+    }
+    PyObject *state = PyObject_GetAttr(span, str_state);
+    PyObject *processors = state == NULL ? NULL : PyObject_GetAttr(state, str_processors);
+    PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
+    Py_XDECREF(state);
+    Py_XDECREF(processors);
+    if (each == NULL || !PyTuple_Check(each)) {
+        if (each != NULL) {
+            PyErr_SetString(PyExc_TypeError, "the span processors are not a tuple");
+        }
+        Py_XDECREF(each);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(each); i++) {
+        PyObject *call[2] = {PyTuple_GET_ITEM(each, i), span};
+        PyObject *done = PyObject_VectorcallMethod(str_on_end, call,
+                                                   2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (done == NULL) {
+            Py_DECREF(each);
+            return -1;
+        }
+        Py_DECREF(done);
+    }
+    Py_DECREF(each);
+    return 0;
+}
+
+/* Scope.__enter__ on the common path: the scope (new reference), or NULL with no error when
+ * it is not the common path, or NULL with an error. */
+static PyObject *
+scope_enter_fast(PyObject *self)
+{
+    PyObject *attributes = SLOT(self, at_scope_attributes);
+    PyObject *name = SLOT(self, at_scope_name);
+    PyObject *start_ns = SLOT(self, at_scope_start);
+    if (attributes == NULL || !PyDict_CheckExact(attributes) || name == NULL || start_ns == NULL
+        || PyList_GET_SIZE(sc_pending) > 0 || PyList_GET_SIZE(sc_open) > 0) {
+        return NULL;
+    }
+    PyObject *rec = recording(sc_recorder);
+    if (rec == NULL) {
+        return NULL;
+    }
+    PyObject *previous = NULL, *parent = NULL, *parent_context = NULL, *lean = NULL;
+    PyObject *span = NULL, *context = NULL, *token = NULL, *result = NULL;
+    if (PyContextVar_Get(sc_context_var, NULL, &previous) < 0 || previous == NULL
+        || !PyDict_Check(previous)) {
+        goto other;
+    }
+    Py_ssize_t depth = 0;
+    PyObject *held = PyDict_GetItemWithError(previous, sc_depth_key);
+    if (held != NULL) {
+        depth = PyLong_CheckExact(held) ? PyLong_AsSsize_t(held) : -1;
+    }
+    if (depth < 0 || depth >= sc_max_depth || PyErr_Occurred()) {
+        goto other;
+    }
+    PyObject *current = PyDict_GetItemWithError(previous, sc_span_key); /* borrowed */
+    if (current != NULL && current != Py_None && PyList_GET_SIZE(sc_completed) > 0
+        && PyList_GET_ITEM(sc_completed, 0) == current) {
+        goto other; /* perhaps after the training loop: the pure twin asks */
+    }
+    if (current == NULL || current == Py_None) { /* at the top level: under cirron.session */
+        parent = PyObject_GetAttr(rec, str_session);
+        parent_context = PyObject_GetAttr(rec, str_session_context);
+    }
+    else {
+        parent = Py_NewRef(current);
+        parent_context = Py_NewRef(previous);
+    }
+    if (parent == NULL || parent_context == NULL || (PyObject *)Py_TYPE(parent) != sc_scope_span) {
+        goto other;
+    }
+    PyObject *end_time = PyObject_GetAttr(parent, str_end_time);
+    Py_XDECREF(end_time);
+    if (end_time != Py_None) {
+        goto other;
+    }
+    lean = PyObject_GetAttr(rec, str_lean);
+    if (lean == NULL || lean == Py_None) {
+        goto other;
+    }
+    PyObject *trace_id = PyObject_GetAttr(parent, str_trace_id);
+    PyObject *copied = trace_id == NULL ? NULL : PyDict_Copy(attributes);
+    if (copied == NULL) {
+        Py_XDECREF(trace_id);
+        goto other;
+    }
+    /* From here on the scope is ours: a failure is an error, as in the pure twin. */
+    PyObject *fields[7] = {name, trace_id, parent, copied, lean, parent_context, start_ns};
+    span = new_scope_span(fields);
+    Py_DECREF(trace_id);
+    Py_DECREF(copied);
+    if (span == NULL) {
+        goto failed;
+    }
+    context = PyObject_CallNoArgs(sc_context);
+    if (context == NULL || PyDict_Update(context, previous) < 0
+        || PyDict_SetItem(context, sc_span_key, span) < 0) {
+        goto failed;
+    }
+    PyObject *deeper = PyLong_FromSsize_t(depth + 1);
+    if (deeper == NULL || PyDict_SetItem(context, sc_depth_key, deeper) < 0) {
+        Py_XDECREF(deeper);
+        goto failed;
+    }
+    Py_DECREF(deeper);
+    token = PyContextVar_Set(sc_context_var, context);
+    if (token == NULL) {
+        goto failed;
+    }
+    PyObject *opened = PyTuple_Pack(3, span, token, previous);
+    if (opened == NULL) {
+        goto failed;
+    }
+    Py_XSETREF(SLOT(self, at_scope_opened), opened);
+    Py_XSETREF(SLOT(self, at_scope_span), Py_NewRef(span));
+    result = Py_NewRef(self);
+    goto failed; /* (the common clean-up) */
+
+other:
+    PyErr_Clear();
+failed:
+    Py_DECREF(rec);
+    Py_XDECREF(previous);
+    Py_XDECREF(parent);
+    Py_XDECREF(parent_context);
+    Py_XDECREF(lean);
+    Py_XDECREF(span);
+    Py_XDECREF(context);
+    Py_XDECREF(token);
+    return result;
+}
+
+/* Scope.__exit__ on the common path: 1 done, 0 the pure twin's, -1 an error. */
+static int
+scope_exit_fast(PyObject *self, PyObject *error)
+{
+    PyObject *span = SLOT(self, at_scope_span);
+    PyObject *opened = SLOT(self, at_scope_opened);
+    if (span == NULL || span == Py_None || error != Py_None || opened == NULL
+        || !PyTuple_CheckExact(opened) || PyTuple_GET_SIZE(opened) != 3
+        || PyTuple_GET_ITEM(opened, 0) != span) {
+        return 0;
+    }
+    int enclosing = PySet_Contains(sc_enclosing, span);
+    if (enclosing != 0) { /* an epoch or step the hooks opened inside ends with it */
+        PyErr_Clear();
+        return 0;
+    }
+    Py_INCREF(span);
+    Py_INCREF(opened);
+    Py_SETREF(SLOT(self, at_scope_span), Py_NewRef(Py_None));
+    int result = -1;
+    if (end_scope_span(span) < 0) {
+        goto done;
+    }
+    PyObject *context = NULL;
+    if (PyContextVar_Get(sc_context_var, NULL, &context) < 0) {
+        goto done;
+    }
+    PyObject *current = context != NULL && PyDict_Check(context)
+                            ? PyDict_GetItemWithError(context, sc_span_key) : NULL;
+    Py_XDECREF(context);
+    if (current == span) { /* ended where it began, on top of the context */
+        if (PyContextVar_Reset(sc_context_var, PyTuple_GET_ITEM(opened, 1)) == 0) {
+            result = 1;
+            goto done;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)
+            && !PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+            goto done;
+        }
+    }
+    PyErr_Clear(); /* another context (a generator moved): the pure twin's _restore */
+    PyObject *restored = PyObject_CallFunctionObjArgs(sc_restore, span, opened, NULL);
+    result = restored == NULL ? -1 : 1;
+    Py_XDECREF(restored);
+done:
+    Py_DECREF(span);
+    Py_DECREF(opened);
+    return result;
+}
+
+static PyObject *
+scope_call_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    ScopeCallObject *self = (ScopeCallObject *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (sc_recorder != NULL) {
+        if (self->which == SCOPE_NEW) {
+            PyObject *scope = scope_new_fast(args, nargs, kwnames);
+            if (scope != NULL || PyErr_Occurred()) {
+                return scope;
+            }
+        }
+        else if (kwnames == NULL && nargs >= 1
+                 && PyObject_TypeCheck(args[0], (PyTypeObject *)sc_scope)) {
+            if (self->which == SCOPE_ENTER && nargs == 1) {
+                PyObject *entered = scope_enter_fast(args[0]);
+                if (entered != NULL || PyErr_Occurred()) {
+                    return entered;
+                }
+            }
+            else if (self->which == SCOPE_EXIT && nargs == 4) {
+                int done = scope_exit_fast(args[0], args[2]);
+                if (done < 0) {
+                    return NULL;
+                }
+                if (done) {
+                    Py_RETURN_NONE;
+                }
+            }
+        }
+    }
+    return PyObject_Vectorcall(self->pure, args, nargsf, kwnames);
+}
+
+static PyObject *
+scope_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    int which;
+    PyObject *pure;
+    static char *names[] = {"which", "pure", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO", names, &which, &pure)) {
+        return NULL;
+    }
+    if (which < SCOPE_NEW || which > SCOPE_EXIT || !PyCallable_Check(pure)) {
+        PyErr_SetString(PyExc_ValueError, "which must be 0, 1 or 2, and pure a callable");
+        return NULL;
+    }
+    ScopeCallObject *self = (ScopeCallObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->which = which;
+    self->pure = Py_NewRef(pure);
+    self->vectorcall = scope_call_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+scope_call_traverse(ScopeCallObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->pure);
+    return 0;
+}
+
+static int
+scope_call_clear(ScopeCallObject *self)
+{
+    Py_CLEAR(self->pure);
+    return 0;
+}
+
+static void
+scope_call_dealloc(ScopeCallObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    scope_call_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Looked up on a Scope (scope.__enter__): a bound method, as for a function. */
+static PyObject *
+scope_call_get(PyObject *self, PyObject *instance, PyObject *owner)
+{
+    if (instance == NULL || instance == Py_None || ((ScopeCallObject *)self)->which == SCOPE_NEW) {
+        return Py_NewRef(self);
+    }
+    return PyMethod_New(self, instance);
+}
+
+static PyObject *
+scope_call_of_pure(ScopeCallObject *self, void *name)
+{
+    if (self->pure == NULL) {
+        PyErr_SetString(PyExc_AttributeError, (const char *)name);
+        return NULL;
+    }
+    return PyObject_GetAttrString(self->pure, (const char *)name);
+}
+
+static PyObject *
+scope_call_wrapped(ScopeCallObject *self, void *closure)
+{
+    if (self->pure == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "__wrapped__");
+        return NULL;
+    }
+    return Py_NewRef(self->pure);
+}
+
+static PyGetSetDef scope_call_getset[] = {
+    {"__wrapped__", (getter)scope_call_wrapped, NULL, "the pure-Python twin", NULL},
+    {"__name__", (getter)scope_call_of_pure, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)scope_call_of_pure, NULL, NULL, "__qualname__"},
+    {"__module__", (getter)scope_call_of_pure, NULL, NULL, "__module__"},
+    {"__doc__", (getter)scope_call_of_pure, NULL, NULL, "__doc__"},
+    {NULL},
+};
+
+static PyTypeObject ScopeCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cirron.recording._hot.ScopeCall",
+    .tp_doc = "ScopeCall(which, pure): ci.scope (0), Scope.__enter__ (1) or __exit__ (2).",
+    .tp_basicsize = sizeof(ScopeCallObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = scope_call_new,
+    .tp_traverse = (traverseproc)scope_call_traverse,
+    .tp_clear = (inquiry)scope_call_clear,
+    .tp_dealloc = (destructor)scope_call_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ScopeCallObject, vectorcall),
+    .tp_descr_get = scope_call_get,
+    .tp_getset = scope_call_getset,
+};
+
+static PyObject *
+configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    PyObject *f[14];
+    Py_ssize_t max_depth;
+    static char *names[] = {"recorder", "pending", "open", "completed", "enclosing",
+                            "context_var", "span_key", "depth_key", "scope_span", "context",
+                            "restore", "scope", "random_bits", "time_ns", "max_depth", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!O!OOOO!O!OO!OOn", names, &f[0],
+                                     &PyList_Type, &f[1], &PyList_Type, &f[2], &PyList_Type,
+                                     &f[3], &PySet_Type, &f[4], &f[5], &f[6], &f[7],
+                                     &PyType_Type, &f[8], &PyType_Type, &f[9], &f[10],
+                                     &PyType_Type, &f[11], &f[12], &f[13], &max_depth)) {
+        return NULL;
+    }
+    if (!PyContextVar_CheckExact(f[5])) {
+        PyErr_SetString(PyExc_TypeError, "context_var must be a contextvars.ContextVar");
+        return NULL;
+    }
+    Py_ssize_t offsets[5];
+    const char *slots[5] = {"name", "attributes", "span", "start_ns", "_opened"};
+    for (int i = 0; i < 5; i++) {
+        offsets[i] = slot_offset(f[11], slots[i]);
+        if (offsets[i] < 0) {
+            return NULL;
+        }
+    }
+    if (sc_sixty_four == NULL && (sc_sixty_four = PyLong_FromLong(64)) == NULL) {
+        return NULL;
+    }
+    PyObject **kept[14] = {&sc_recorder, &sc_pending, &sc_open, &sc_completed, &sc_enclosing,
+                           &sc_context_var, &sc_span_key, &sc_depth_key, &sc_scope_span,
+                           &sc_context, &sc_restore, &sc_scope, &sc_random_bits, &sc_time_ns};
+    for (int i = 0; i < 14; i++) {
+        Py_XSETREF(*kept[i], Py_NewRef(f[i]));
+    }
+    sc_max_depth = max_depth;
+    at_scope_name = offsets[0];
+    at_scope_attributes = offsets[1];
+    at_scope_span = offsets[2];
+    at_scope_start = offsets[3];
+    at_scope_opened = offsets[4];
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef hot_methods[] = {
     {"configure_hook_spans", (PyCFunction)(void (*)(void))configure_hook_spans,
      METH_VARARGS | METH_KEYWORDS,
      "configure_hook_spans(*, recorder, open, context_var, span_key, scope_span, build_here, "
      "open_on, end_built, end_pure, finished_now, time_ns, wake_at): what the hook spans work "
      "with."},
+    {"configure_scopes", (PyCFunction)(void (*)(void))configure_scopes,
+     METH_VARARGS | METH_KEYWORDS,
+     "configure_scopes(*, recorder, pending, open, completed, enclosing, context_var, span_key, "
+     "depth_key, scope_span, context, restore, scope, random_bits, time_ns, max_depth): what the "
+     "scopes work with."},
     {"watch_device", (PyCFunction)(void (*)(void))watch_device, METH_FASTCALL,
      "watch_device(cuda, timer): open_hook asks timer(hook) for the device time once cuda[0] "
      "is initialized."},
@@ -740,7 +1581,14 @@ PyInit__hot(void)
         {&str_detail, "detail"}, {&str_session, "session"}, {&str_session_context, "session_context"},
         {&str_lean, "lean"}, {&str_end_time, "_end_time"}, {&str_processor, "processor"},
         {&str_noted, "noted"}, {&str_append, "append"}, {&str_noted_many, "noted_many"},
-        {&str_initialized, "_initialized"},
+        {&str_initialized, "_initialized"}, {&str_point, "point"}, {&str_kind, "kind"},
+        {&str_events, "_events"}, {&str_state, "_state"}, {&str_max_events, "max_events"},
+        {&str_end, "end"}, {&str_trace_id, "_trace_id"}, {&str_random_ids, "random_ids"},
+        {&str_new_span_id, "new_span_id"}, {&str_name_field, "_name"}, {&str_span_id, "_span_id"},
+        {&str_parent_span, "_parent_span"}, {&str_attributes_field, "_attributes"},
+        {&str_start_time, "_start_time"}, {&str_processors, "processors"},
+        {&str_span_processors, "_span_processors"}, {&str_on_start, "on_start"},
+        {&str_on_end, "on_end"},
     };
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {
         *interned[i].name = PyUnicode_InternFromString(interned[i].text);
@@ -748,7 +1596,8 @@ PyInit__hot(void)
             return NULL;
         }
     }
-    if (PyType_Ready(&ModuleCallType) < 0 || PyType_Ready(&HookSpanType) < 0) {
+    if (PyType_Ready(&ModuleCallType) < 0 || PyType_Ready(&HookSpanType) < 0
+        || PyType_Ready(&MarkType) < 0 || PyType_Ready(&ScopeCallType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&hot_module);
@@ -764,6 +1613,18 @@ PyInit__hot(void)
     Py_INCREF(&HookSpanType);
     if (PyModule_AddObject(module, "HookSpan", (PyObject *)&HookSpanType) < 0) {
         Py_DECREF(&HookSpanType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&ScopeCallType);
+    if (PyModule_AddObject(module, "ScopeCall", (PyObject *)&ScopeCallType) < 0) {
+        Py_DECREF(&ScopeCallType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&MarkType);
+    if (PyModule_AddObject(module, "Mark", (PyObject *)&MarkType) < 0) {
+        Py_DECREF(&MarkType);
         Py_DECREF(module);
         return NULL;
     }

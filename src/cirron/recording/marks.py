@@ -15,8 +15,8 @@ from typing import Any
 from opentelemetry.trace import Span
 
 from ..otel import semconv, values
-from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
-from . import recorder, training_state
+from ..otel.spans import SPAN_KEY, MarkEvent, ScopeSpan, context_variable
+from . import hot, recorder, training_state
 from .recorder import Recorder
 
 MARK_KINDS = ("point", "summary")
@@ -178,4 +178,24 @@ def _mark_dropped(rec: Recorder, span: Span) -> None:
         "cirron: span %r reached its event limit; older marks are dropped "
         "(counted in ci.health()['marks_dropped'])",
         getattr(span, "name", "?"),
+    )
+
+
+# The pure-Python mark is the reference. Where the compiled helper is built, ``ci.mark`` is its
+# twin: the common case (a float under a name, on an open scope or step) with no Python frame,
+# everything else handed to the pure ``mark`` above, which checks it all again.
+PURE_MARK = mark
+if hot.compiled is not None:
+    mark = hot.compiled.Mark(  # noqa: F811
+        pure=PURE_MARK,
+        recorder=recorder,
+        pending=_pending_fetches,
+        open=_open_hook_spans,
+        completed=_completed,
+        context_var=_context_var,
+        span_key=SPAN_KEY,
+        scope_span=ScopeSpan,
+        event=MarkEvent,
+        value_key=semconv.MARK_VALUE,
+        time_ns=_time_ns,
     )

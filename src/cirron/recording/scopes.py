@@ -30,9 +30,9 @@ from opentelemetry.trace import (
 )
 
 from ..config import MAX_SCOPE_DEPTH
-from ..otel import semconv, values
+from ..otel import ids, semconv, values
 from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
-from . import recorder, training_state
+from . import hot, recorder, training_state
 from .recorder import Recorder
 
 # On the root span of a trace a long run split off: the span id of its parent in the run's tree.
@@ -357,3 +357,31 @@ def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
     if index is not None:
         attributes[semconv.INDEX] = values.index(index)
     return Scope(name, attributes)
+
+
+# The pure-Python twins are the reference (tests compare the compiled ones with them). Where
+# the compiled helper is built, ``ci.scope`` and a scope's enter and exit run its twins: the
+# common case (a named scope, inside an open scope or step or at the top level, left without
+# an error) with no Python frame of these three, all else handed to the functions above.
+PURE_TWINS = {"scope": scope, "__enter__": Scope.__enter__, "__exit__": Scope.__exit__}
+if hot.compiled is not None:
+    hot.compiled.configure_scopes(
+        recorder=recorder,
+        pending=_pending_fetches,
+        open=_open_hook_spans,
+        completed=_completed,
+        enclosing=_enclosing,
+        context_var=_context_var,
+        span_key=SPAN_KEY,
+        depth_key=_DEPTH_KEY,
+        scope_span=ScopeSpan,
+        context=Context,
+        restore=_restore,
+        scope=Scope,
+        random_bits=ids.random_bits,
+        time_ns=_time_ns,
+        max_depth=MAX_SCOPE_DEPTH,
+    )
+    Scope.__enter__ = hot.compiled.ScopeCall(1, PURE_TWINS["__enter__"])  # type: ignore[method-assign]
+    Scope.__exit__ = hot.compiled.ScopeCall(2, PURE_TWINS["__exit__"])  # type: ignore[method-assign]
+    scope = hot.compiled.ScopeCall(0, PURE_TWINS["scope"])  # noqa: F811
