@@ -69,17 +69,34 @@ def _loop() -> tuple:
     return _shape(ci.trace(format="dict"))
 
 
+def _pure_everywhere(monkeypatch) -> None:
+    """Every compiled twin replaced by its pure one, wherever a module holds it."""
+    import sys
+
+    from cirron.recording import marks, scopes
+
+    monkeypatch.setattr(hot, "compiled", None)
+    for name, twin in hook_spans.PURE_TWINS.items():
+        monkeypatch.setattr(hook_spans, name, twin)
+    for module in (torch_spans, torch_modules, torch_optim):
+        monkeypatch.setattr(module, "open_hook", torch_spans.open_hook_pure)
+    monkeypatch.setattr(scopes.Scope, "__enter__", scopes.PURE_TWINS["__enter__"])
+    monkeypatch.setattr(scopes.Scope, "__exit__", scopes.PURE_TWINS["__exit__"])
+    monkeypatch.setattr(ci, "scope", scopes.PURE_TWINS["scope"])
+    monkeypatch.setattr(ci, "mark", marks.PURE_MARK)
+    for module in [m for name, m in sys.modules.items() if name.startswith("cirron.")]:
+        for name in ("open_on", "close_span"):
+            if type(getattr(module, name, None)).__name__ == "builtin_function_or_method":
+                monkeypatch.setattr(module, name, scopes.PURE_TWINS[name])
+
+
 def test_both_paths_give_the_same_trace(monkeypatch):
     ci.profile(output="none", frameworks=["torch"])
     assert ci.health()["hot_path"] == "compiled"
     assert type(nn.Module.__call__).__name__ == "ModuleCall"
     assert type(hook_spans.end).__name__ == "builtin_function_or_method"
     compiled = _loop()
-    monkeypatch.setattr(hot, "compiled", None)
-    for name, twin in hook_spans.PURE_TWINS.items():
-        monkeypatch.setattr(hook_spans, name, twin)
-    for module in (torch_spans, torch_modules, torch_optim):
-        monkeypatch.setattr(module, "open_hook", torch_spans.open_hook_pure)
+    _pure_everywhere(monkeypatch)
     ci.profile(output="none", frameworks=["torch"])
     assert type(nn.Module.__call__).__name__ == "function"
     assert compiled == _loop()
@@ -189,9 +206,10 @@ def _api_script() -> tuple:
     )
     worker.start()
     worker.join()
-    for _ in ci.batches(range(2)):
-        with ci.scope("batch work"):
-            ci.mark("loss", 1.5)
+    for _ in ci.epochs(range(2)):
+        for _ in ci.batches(range(2)):
+            with ci.scope("batch work"):
+                ci.mark("loss", 1.5)
     with pytest.raises(ValueError):
         ci.mark("", 1.0)
     with pytest.raises(ValueError):
@@ -219,10 +237,8 @@ def test_scopes_and_marks_give_the_same_trace_on_both_paths(monkeypatch):
 
     assert type(ci.scope).__name__ == "ScopeCall" and type(ci.mark).__name__ == "Mark"
     compiled = _api_script()
-    monkeypatch.setattr(ci, "scope", scopes.PURE_TWINS["scope"])
-    monkeypatch.setattr(scopes.Scope, "__enter__", scopes.PURE_TWINS["__enter__"])
-    monkeypatch.setattr(scopes.Scope, "__exit__", scopes.PURE_TWINS["__exit__"])
-    monkeypatch.setattr(ci, "mark", marks.PURE_MARK)
+    _pure_everywhere(monkeypatch)
+    assert marks.PURE_MARK is ci.mark and scopes.open_on is scopes.PURE_TWINS["open_on"]
     pure = _api_script()
     assert compiled == pure
     text = str(compiled)

@@ -1006,7 +1006,7 @@ static PyTypeObject MarkType = {
 /* What configure_scopes was given (owned references; NULL until it is called). */
 static PyObject *sc_recorder, *sc_pending, *sc_open, *sc_completed, *sc_enclosing,
     *sc_context_var, *sc_span_key, *sc_depth_key, *sc_scope_span, *sc_context, *sc_restore,
-    *sc_scope, *sc_random_bits, *sc_time_ns, *sc_sixty_four;
+    *sc_scope, *sc_random_bits, *sc_time_ns, *sc_sixty_four, *sc_open_on, *sc_close_span;
 static Py_ssize_t sc_max_depth;
 /* The offsets of Scope's slots: name, attributes, span, start_ns, _opened. */
 static Py_ssize_t at_scope_name, at_scope_attributes, at_scope_span, at_scope_start,
@@ -1142,17 +1142,18 @@ new_scope_span(PyObject *const *fields)
     return span;
 }
 
-/* ScopeSpan.end() (0, or -1 with an error): ended once, then each processor's on_end. As in
+/* ScopeSpan.end(end_ns) (0, or -1 with an error): ended once, then each processor's on_end. As in
  * the pure end, nothing runs between the test and the store that could switch threads. */
 static int
-end_scope_span(PyObject *span)
+end_scope_span(PyObject *span, PyObject *end_ns)
 {
     if ((PyObject *)Py_TYPE(span) != sc_scope_span) { /* an SDK span (the pure twin's) */
-        PyObject *ended = PyObject_CallMethodNoArgs(span, str_end);
+        PyObject *ended = end_ns == Py_None ? PyObject_CallMethodNoArgs(span, str_end)
+                                            : PyObject_CallMethodOneArg(span, str_end, end_ns);
         Py_XDECREF(ended);
         return ended == NULL ? -1 : 0;
     }
-    PyObject *stamp = PyObject_CallNoArgs(sc_time_ns);
+    PyObject *stamp = end_ns != Py_None ? Py_NewRef(end_ns) : PyObject_CallNoArgs(sc_time_ns);
     if (stamp == NULL) {
         return -1;
     }
@@ -1321,7 +1322,7 @@ scope_exit_fast(PyObject *self, PyObject *error)
     Py_INCREF(opened);
     Py_SETREF(SLOT(self, at_scope_span), Py_NewRef(Py_None));
     int result = -1;
-    if (end_scope_span(span) < 0) {
+    if (end_scope_span(span, Py_None) < 0) {
         goto done;
     }
     PyObject *context = NULL;
@@ -1486,19 +1487,198 @@ static PyTypeObject ScopeCallType = {
     .tp_getset = scope_call_getset,
 };
 
+/* A copy of the OTel context ``context`` with ``span`` current (new reference). */
+static PyObject *
+context_with(PyObject *context, PyObject *span)
+{
+    PyObject *made = PyObject_CallNoArgs(sc_context);
+    if (made != NULL
+        && (PyDict_Update(made, context) < 0 || PyDict_SetItem(made, sc_span_key, span) < 0)) {
+        Py_CLEAR(made);
+    }
+    return made;
+}
+
+/* An open ScopeSpan (1), or anything else (0). */
+static int
+open_lean(PyObject *span)
+{
+    if (span == NULL || (PyObject *)Py_TYPE(span) != sc_scope_span) {
+        return 0;
+    }
+    PyObject *end_time = PyObject_GetAttr(span, str_end_time);
+    Py_XDECREF(end_time);
+    if (end_time == NULL) {
+        PyErr_Clear();
+    }
+    return end_time == Py_None;
+}
+
+/* scopes.open_on(rec, name, attributes, start_ns, parent=None) on its common path: under
+ * one of cirron's open lean spans (the current one, ``parent``, or cirron.session at the
+ * top level). NULL with no error: the pure twin's. */
+static PyObject *
+open_on_fast(PyObject *rec, PyObject *name, PyObject *attributes, PyObject *start_ns,
+             PyObject *given)
+{
+    if (PyList_GET_SIZE(sc_open) > 0 || (given != Py_None && !open_lean(given))) {
+        return NULL;
+    }
+    PyObject *previous = NULL, *context = NULL, *parent = NULL, *parent_context = NULL;
+    PyObject *lean = NULL, *span = NULL, *made = NULL, *token = NULL, *result = NULL;
+    lean = PyObject_GetAttr(rec, str_lean);
+    if (lean == NULL || lean == Py_None || PyContextVar_Get(sc_context_var, NULL, &previous) < 0
+        || previous == NULL || !PyDict_Check(previous)) {
+        goto other;
+    }
+    context = given == Py_None ? Py_NewRef(previous) : context_with(previous, given);
+    if (context == NULL) {
+        goto failed;
+    }
+    PyObject *current = given != Py_None ? given : PyDict_GetItemWithError(context, sc_span_key);
+    if (current == NULL || current == Py_None) { /* at the top level: under cirron.session */
+        parent = PyObject_GetAttr(rec, str_session);
+        parent_context = PyObject_GetAttr(rec, str_session_context);
+    }
+    else {
+        parent = Py_NewRef(current);
+        parent_context = Py_NewRef(context);
+    }
+    if (parent_context == NULL || !open_lean(parent)) {
+        goto other; /* a foreign or ended parent, a provider's root: the SDK's way */
+    }
+    PyObject *trace_id = PyObject_GetAttr(parent, str_trace_id);
+    if (trace_id == NULL) {
+        goto other;
+    }
+    PyObject *fields[7] = {name, trace_id, parent, attributes, lean, parent_context, start_ns};
+    span = new_scope_span(fields);
+    Py_DECREF(trace_id);
+    if (span == NULL || (made = context_with(context, span)) == NULL
+        || (token = PyContextVar_Set(sc_context_var, made)) == NULL) {
+        goto failed;
+    }
+    result = PyTuple_Pack(3, span, token, previous);
+    goto failed; /* (the common clean-up) */
+
+other:
+    PyErr_Clear();
+failed:
+    Py_XDECREF(previous);
+    Py_XDECREF(context);
+    Py_XDECREF(parent);
+    Py_XDECREF(parent_context);
+    Py_XDECREF(lean);
+    Py_XDECREF(span);
+    Py_XDECREF(made);
+    Py_XDECREF(token);
+    return result;
+}
+
+static PyObject *
+open_on(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (sc_recorder != NULL && kwnames == NULL && (nargs == 4 || nargs == 5)) {
+        PyObject *opened = open_on_fast(args[0], args[1], args[2], args[3],
+                                        nargs == 5 ? args[4] : Py_None);
+        if (opened != NULL || PyErr_Occurred()) {
+            return opened;
+        }
+    }
+    if (sc_open_on == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled scopes are not configured");
+        return NULL;
+    }
+    return PyObject_Vectorcall(sc_open_on, args, nargs, kwnames);
+}
+
+/* _restore(span, opened) when the span is on top of the context (1 done); 0: the pure
+ * _restore's (closed out of order); -1 an error. */
+static int
+restore_on_top(PyObject *span, PyObject *opened)
+{
+    PyObject *context = NULL;
+    if (PyContextVar_Get(sc_context_var, NULL, &context) < 0) {
+        return -1;
+    }
+    PyObject *current = context != NULL && PyDict_Check(context)
+                            ? PyDict_GetItemWithError(context, sc_span_key) : NULL;
+    Py_XDECREF(context);
+    if (current != span) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyContextVar_Reset(sc_context_var, PyTuple_GET_ITEM(opened, 1)) == 0) {
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+        return -1;
+    }
+    PyErr_Clear(); /* another context (a generator moved), or reset twice: never another's */
+    PyObject *token = PyContextVar_Set(sc_context_var, PyTuple_GET_ITEM(opened, 2));
+    Py_XDECREF(token);
+    return token == NULL ? -1 : 1;
+}
+
+/* scopes.close_span(opened, error=None, end_ns=None): without an error, here. */
+static PyObject *
+close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *error = Py_None, *end_ns = Py_None;
+    int ours = sc_recorder != NULL && nargs >= 1 && nargs + nkw <= 3;
+    for (Py_ssize_t i = 1; ours && i < nargs + nkw; i++) {
+        PyObject *keyword = i < nargs ? NULL : PyTuple_GET_ITEM(kwnames, i - nargs);
+        if (keyword == NULL ? i == 1 : PyUnicode_CompareWithASCIIString(keyword, "error") == 0) {
+            error = args[i];
+        }
+        else if (keyword == NULL || PyUnicode_CompareWithASCIIString(keyword, "end_ns") == 0) {
+            end_ns = args[i];
+        }
+        else {
+            ours = 0;
+        }
+    }
+    PyObject *opened = nargs >= 1 ? args[0] : NULL;
+    if (ours && error == Py_None && (end_ns == Py_None || PyLong_CheckExact(end_ns))
+        && PyTuple_CheckExact(opened) && PyTuple_GET_SIZE(opened) == 3) {
+        PyObject *span = PyTuple_GET_ITEM(opened, 0);
+        Py_INCREF(opened);
+        int done = end_scope_span(span, end_ns) < 0 ? -1 : restore_on_top(span, opened);
+        if (done == 0) {
+            PyObject *restored = PyObject_CallFunctionObjArgs(sc_restore, span, opened, NULL);
+            done = restored == NULL ? -1 : 1;
+            Py_XDECREF(restored);
+        }
+        Py_DECREF(opened);
+        if (done < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    if (sc_close_span == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled scopes are not configured");
+        return NULL;
+    }
+    return PyObject_Vectorcall(sc_close_span, args, nargsf, kwnames);
+}
+
 static PyObject *
 configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *f[14];
+    PyObject *f[16];
     Py_ssize_t max_depth;
     static char *names[] = {"recorder", "pending", "open", "completed", "enclosing",
                             "context_var", "span_key", "depth_key", "scope_span", "context",
-                            "restore", "scope", "random_bits", "time_ns", "max_depth", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!O!OOOO!O!OO!OOn", names, &f[0],
+                            "restore", "scope", "random_bits", "time_ns", "open_on",
+                            "close_span", "max_depth", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!O!OOOO!O!OO!OOOOn", names, &f[0],
                                      &PyList_Type, &f[1], &PyList_Type, &f[2], &PyList_Type,
                                      &f[3], &PySet_Type, &f[4], &f[5], &f[6], &f[7],
                                      &PyType_Type, &f[8], &PyType_Type, &f[9], &f[10],
-                                     &PyType_Type, &f[11], &f[12], &f[13], &max_depth)) {
+                                     &PyType_Type, &f[11], &f[12], &f[13], &f[14], &f[15],
+                                     &max_depth)) {
         return NULL;
     }
     if (!PyContextVar_CheckExact(f[5])) {
@@ -1516,10 +1696,11 @@ configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
     if (sc_sixty_four == NULL && (sc_sixty_four = PyLong_FromLong(64)) == NULL) {
         return NULL;
     }
-    PyObject **kept[14] = {&sc_recorder, &sc_pending, &sc_open, &sc_completed, &sc_enclosing,
+    PyObject **kept[16] = {&sc_recorder, &sc_pending, &sc_open, &sc_completed, &sc_enclosing,
                            &sc_context_var, &sc_span_key, &sc_depth_key, &sc_scope_span,
-                           &sc_context, &sc_restore, &sc_scope, &sc_random_bits, &sc_time_ns};
-    for (int i = 0; i < 14; i++) {
+                           &sc_context, &sc_restore, &sc_scope, &sc_random_bits, &sc_time_ns,
+                           &sc_open_on, &sc_close_span};
+    for (int i = 0; i < 16; i++) {
         Py_XSETREF(*kept[i], Py_NewRef(f[i]));
     }
     sc_max_depth = max_depth;
@@ -1540,8 +1721,14 @@ static PyMethodDef hot_methods[] = {
     {"configure_scopes", (PyCFunction)(void (*)(void))configure_scopes,
      METH_VARARGS | METH_KEYWORDS,
      "configure_scopes(*, recorder, pending, open, completed, enclosing, context_var, span_key, "
-     "depth_key, scope_span, context, restore, scope, random_bits, time_ns, max_depth): what the "
-     "scopes work with."},
+     "depth_key, scope_span, context, restore, scope, random_bits, time_ns, open_on, close_span, "
+     "max_depth): what the scopes work with."},
+    {"open_on", (PyCFunction)(void (*)(void))open_on, METH_FASTCALL | METH_KEYWORDS,
+     "open_on(rec, name, attributes, start_ns, parent=None): cirron.recording.scopes.open_on, "
+     "compiled."},
+    {"close_span", (PyCFunction)(void (*)(void))close_span, METH_FASTCALL | METH_KEYWORDS,
+     "close_span(opened, error=None, end_ns=None): cirron.recording.scopes.close_span, "
+     "compiled."},
     {"watch_device", (PyCFunction)(void (*)(void))watch_device, METH_FASTCALL,
      "watch_device(cuda, timer): open_hook asks timer(hook) for the device time once cuda[0] "
      "is initialized."},

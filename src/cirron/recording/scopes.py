@@ -363,7 +363,13 @@ def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
 # the compiled helper is built, ``ci.scope`` and a scope's enter and exit run its twins: the
 # common case (a named scope, inside an open scope or step or at the top level, left without
 # an error) with no Python frame of these three, all else handed to the functions above.
-PURE_TWINS = {"scope": scope, "__enter__": Scope.__enter__, "__exit__": Scope.__exit__}
+PURE_TWINS = {
+    "scope": scope,
+    "__enter__": Scope.__enter__,
+    "__exit__": Scope.__exit__,
+    "open_on": open_on,
+    "close_span": close_span,
+}
 if hot.compiled is not None:
     hot.compiled.configure_scopes(
         recorder=recorder,
@@ -380,8 +386,11 @@ if hot.compiled is not None:
         scope=Scope,
         random_bits=ids.random_bits,
         time_ns=_time_ns,
+        open_on=open_on,
+        close_span=close_span,
         max_depth=MAX_SCOPE_DEPTH,
     )
+    open_on, close_span = hot.compiled.open_on, hot.compiled.close_span  # noqa: F811
     Scope.__enter__ = hot.compiled.ScopeCall(1, PURE_TWINS["__enter__"])  # type: ignore[method-assign]
     Scope.__exit__ = hot.compiled.ScopeCall(2, PURE_TWINS["__exit__"])  # type: ignore[method-assign]
     scope = hot.compiled.ScopeCall(0, PURE_TWINS["scope"])  # noqa: F811
