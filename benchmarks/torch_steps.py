@@ -23,12 +23,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -37,6 +33,7 @@ from typing import Any
 import cirron as ci
 
 from . import reference
+from .counted import PURE_PYTHON, instructions_per_step
 from .table import Row, half_iqr
 
 # What a step runs inside when nothing is turned on around it: one object, reused, so the
@@ -358,44 +355,6 @@ def counted_steps(steps: int, profiled: bool) -> dict[str, int]:
     return {"steps": steps}
 
 
-# The C function of functools.reduce (CPython 3.10-3.13): callgrind counts inside it only.
-_COUNTED = "functools_reduce"
-
-
-def instructions_per_step(code: str, steps: int, python: str | None = None) -> float | None:
-    """Instructions a step of ``code`` (a :func:`counted_steps` snippet) runs, counted by
-    callgrind; None where valgrind is not installed or found no ``functools_reduce`` (a
-    Python without its symbols)."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        return None
-    environment = reference.snippet_environment()
-    environment["PYTHONHASHSEED"] = "0"  # the same dicts' collisions every run
-    with tempfile.TemporaryDirectory(prefix="cirron-bench-") as directory:
-        counts = os.path.join(directory, "callgrind.out")
-        subprocess.run(
-            [
-                valgrind,
-                "--tool=callgrind",
-                "--collect-atstart=no",
-                f"--toggle-collect={_COUNTED}",
-                f"--callgrind-out-file={counts}",
-                python or sys.executable,
-                "-c",
-                code,
-            ],
-            cwd=directory,
-            env=environment,
-            capture_output=True,
-            check=True,
-            timeout=1800,
-        )
-        with open(counts) as lines:
-            totals = [line for line in lines if line.startswith(("totals:", "summary:"))]
-    counted = int(totals[-1].split()[1]) if totals else 0
-    return counted / steps if counted else None
-
-
 def instructions(steps: int) -> dict[str, float | None]:
     """Instructions per trivial step: bare and with the hooks (compiled, pure Python), ours
     and the reference's; two valgrind processes at a time (each ~2 min, mostly torch's
@@ -473,8 +432,6 @@ class _Figures:
         return half_iqr(on - off for off, on in self.pairs[name])
 
 
-# Prepended to a snippet: the hooks' pure-Python twin, even where the compiled one is built.
-PURE_PYTHON = "import os\nos.environ['CIRRON_PURE_PYTHON'] = '1'\n"
 PURE_NOTE = (
     "the same pairs with CIRRON_PURE_PYTHON=1, the path of a platform "
     "the compiled helper is not built for; the rows above run the compiled nn.Module.__call__ "

@@ -1,9 +1,10 @@
-"""The compiled ``nn.Module.__call__`` and hook spans (``cirron.recording._hot``) and their pure-Python
-twins give the same trace: each loop below runs once on each path, in this process, and the trees
-must match.
+"""The compiled twins (``cirron.recording._hot``: ``nn.Module.__call__``, the hook spans, scopes,
+marks, a step's or a batch's span, the span processor) and their pure-Python twins give the same
+trace: each script below runs once on each path, in this process, and the trees must match.
 
-The rest of the torch tests run on whichever path this install has (``ci.health()["hot_path"]``);
-``scripts/test.sh`` runs tests/test_torch.py once more with ``CIRRON_PURE_PYTHON=1``.
+The other tests run on whichever path this install has (``ci.health()["hot_path"]``);
+``scripts/test.sh`` runs tests/test_torch.py, test_scope.py and test_mark.py once more with
+``CIRRON_PURE_PYTHON=1``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 import cirron as ci
 from cirron.instrumentors import torch_modules, torch_optim, torch_spans
+from cirron.otel.processor import RingBufferSpanProcessor
 from cirron.recording import hook_spans, hot
 
 torch = pytest.importorskip("torch")
@@ -84,6 +86,8 @@ def _pure_everywhere(monkeypatch) -> None:
     monkeypatch.setattr(scopes.Scope, "__exit__", scopes.PURE_TWINS["__exit__"])
     monkeypatch.setattr(ci, "scope", scopes.PURE_TWINS["scope"])
     monkeypatch.setattr(ci, "mark", marks.PURE_MARK)
+    for name in ("on_start", "on_end"):
+        monkeypatch.setattr(RingBufferSpanProcessor, name, scopes.PURE_TWINS[name])
     for module in [m for name, m in sys.modules.items() if name.startswith("cirron.")]:
         for name in ("open_on", "close_span"):
             if type(getattr(module, name, None)).__name__ == "builtin_function_or_method":
@@ -235,7 +239,7 @@ def _api_script() -> tuple:
 def test_scopes_and_marks_give_the_same_trace_on_both_paths(monkeypatch):
     from cirron.recording import marks, scopes
 
-    assert type(ci.scope).__name__ == "ScopeCall" and type(ci.mark).__name__ == "Mark"
+    assert type(ci.scope).__name__ == "Twin" and type(ci.mark).__name__ == "Mark"
     compiled = _api_script()
     _pure_everywhere(monkeypatch)
     assert marks.PURE_MARK is ci.mark and scopes.open_on is scopes.PURE_TWINS["open_on"]

@@ -1,12 +1,13 @@
-/* The compiled twins of cirron's hottest hook entries: torch's ``nn.Module.__call__``, and
- * the begin and end of a hook span (the span a hook puts around a forward, a backward or an
- * optimizer step).
+/* The compiled twins of cirron's hottest entries: torch's ``nn.Module.__call__``; the begin
+ * and end of a hook span (the span a hook puts around a forward, a backward or an optimizer
+ * step); ci.mark and ci.scope, scopes.open_on/close_span (a step's, an epoch's, a batch's
+ * span) and the span processor's on_start/on_end, each on its common path.
  *
  * The pure-Python implementations (cirron.instrumentors.torch_modules.make_module_call,
- * cirron.recording.hook_spans.begin/end, cirron.instrumentors.torch_spans.open_hook) are the
- * reference; this file does the same, and only what runs for every module call or every
- * hook span. cirron.recording.hot picks it, or the pure twins when it is missing or
- * CIRRON_PURE_PYTHON=1.
+ * cirron.recording.hook_spans.begin/end, cirron.instrumentors.torch_spans.open_hook, the
+ * PURE_TWINS of cirron.recording.scopes, PURE_MARK of cirron.recording.marks) are the
+ * reference; this file does the same, on the common path only. cirron.recording.hot picks
+ * it, or the pure twins when it is missing or CIRRON_PURE_PYTHON=1.
  *
  * A submodule call (inside an outermost forward) goes straight to torch's own
  * ``_call_impl`` (or a compiled module's ``_compiled_call_impl``) with no Python frame of
@@ -242,6 +243,9 @@ static Py_ssize_t hs_wake_at;        /* NOTED_WAKE_AT */
 static PyObject *hs_device;          /* torch_spans.CUDA: [torch.cuda once attached, or None] */
 static PyObject *hs_device_timer;    /* torch_spans._device_timer(hook): sets its device_timer */
 
+/* A ScopeSpan's own fields are read with PyObject_GenericGetAttr: ScopeSpan has a __getattr__
+ * (for the two fields it makes lazily), which puts every other attribute read through a
+ * slower hook; none of the fields read here is one of those two. */
 static PyObject *str_current, *str_enabled, *str_training, *str_detail, *str_session,
     *str_session_context, *str_lean, *str_end_time, *str_processor, *str_noted, *str_append,
     *str_noted_many, *str_initialized;
@@ -413,7 +417,7 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     hook->device_timer = Py_NewRef(Py_None);
     int lean_parent = 0;
     if ((PyObject *)Py_TYPE(parent) == hs_scope_span) {
-        PyObject *end_time = PyObject_GetAttr(parent, str_end_time);
+        PyObject *end_time = PyObject_GenericGetAttr(parent, str_end_time);
         if (end_time == NULL) {
             goto failed;
         }
@@ -751,7 +755,7 @@ mark_target(MarkObject *self)
         Py_XDECREF(span);
         return NULL;
     }
-    PyObject *end_time = PyObject_GetAttr(span, str_end_time);
+    PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
     Py_XDECREF(end_time);
     if (end_time != Py_None) {
         Py_DECREF(span);
@@ -764,7 +768,7 @@ mark_target(MarkObject *self)
 static PyObject *
 room_on(PyObject *span)
 {
-    PyObject *events = PyObject_GetAttr(span, str_events);
+    PyObject *events = PyObject_GenericGetAttr(span, str_events);
     if (events == NULL) {
         return NULL;
     }
@@ -780,7 +784,7 @@ room_on(PyObject *span)
         Py_DECREF(events);
         return NULL;
     }
-    PyObject *state = PyObject_GetAttr(span, str_state);
+    PyObject *state = PyObject_GenericGetAttr(span, str_state);
     PyObject *limit = state == NULL ? NULL : PyObject_GetAttr(state, str_max_events);
     Py_XDECREF(state);
     Py_ssize_t most = limit == NULL ? -1 : PyLong_AsSsize_t(limit);
@@ -1006,7 +1010,8 @@ static PyTypeObject MarkType = {
 /* What configure_scopes was given (owned references; NULL until it is called). */
 static PyObject *sc_recorder, *sc_pending, *sc_open, *sc_completed, *sc_enclosing,
     *sc_context_var, *sc_span_key, *sc_depth_key, *sc_scope_span, *sc_context, *sc_restore,
-    *sc_scope, *sc_random_bits, *sc_time_ns, *sc_sixty_four, *sc_open_on, *sc_close_span;
+    *sc_scope, *sc_random_bits, *sc_time_ns, *sc_sixty_four, *sc_open_on, *sc_close_span,
+    *sc_no_arguments;
 static Py_ssize_t sc_max_depth;
 /* The offsets of Scope's slots: name, attributes, span, start_ns, _opened. */
 static Py_ssize_t at_scope_name, at_scope_attributes, at_scope_span, at_scope_start,
@@ -1017,14 +1022,14 @@ static PyObject *str_end, *str_trace_id, *str_random_ids, *str_new_span_id, *str
 
 #define SLOT(object, offset) (*(PyObject **)((char *)(object) + (offset)))
 
-enum { SCOPE_NEW, SCOPE_ENTER, SCOPE_EXIT };
+enum { SCOPE_NEW, SCOPE_ENTER, SCOPE_EXIT, PROCESSOR_ON_START, PROCESSOR_ON_END };
 
 typedef struct {
     PyObject_HEAD
-    int which;      /* SCOPE_NEW (ci.scope), SCOPE_ENTER or SCOPE_EXIT */
+    int which;      /* SCOPE_NEW (ci.scope), SCOPE_ENTER, SCOPE_EXIT, PROCESSOR_ON_START/END */
     PyObject *pure; /* the pure twin, which runs everything off the common path */
     vectorcallfunc vectorcall;
-} ScopeCallObject;
+} TwinObject;
 
 /* recorder.current, when it records: a new reference, or NULL with no error (not here). */
 static PyObject *
@@ -1096,8 +1101,10 @@ new_scope_span(PyObject *const *fields)
         }
     }
     PyObject *start = fields[6] != Py_None ? Py_NewRef(fields[6]) : PyObject_CallNoArgs(sc_time_ns);
+    /* tp_new, not tp_alloc: object.__new__ also lays out the instance's attributes as
+     * every ScopeSpan's (CPython's shared keys); set on a bare object they made it a dict. */
     PyTypeObject *type = (PyTypeObject *)sc_scope_span;
-    PyObject *span = start == NULL ? NULL : type->tp_alloc(type, 0);
+    PyObject *span = start == NULL ? NULL : type->tp_new(type, sc_no_arguments, NULL);
     if (span == NULL) {
         Py_DECREF(span_id);
         Py_XDECREF(start);
@@ -1157,7 +1164,7 @@ end_scope_span(PyObject *span, PyObject *end_ns)
     if (stamp == NULL) {
         return -1;
     }
-    PyObject *end_time = PyObject_GetAttr(span, str_end_time);
+    PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
     if (end_time == NULL || end_time != Py_None) {
         Py_XDECREF(end_time);
         Py_DECREF(stamp);
@@ -1169,7 +1176,7 @@ end_scope_span(PyObject *span, PyObject *end_ns)
     if (set < 0) {
         return -1;
     }
-    PyObject *state = PyObject_GetAttr(span, str_state);
+    PyObject *state = PyObject_GenericGetAttr(span, str_state);
     PyObject *processors = state == NULL ? NULL : PyObject_GetAttr(state, str_processors);
     PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
     Py_XDECREF(state);
@@ -1241,7 +1248,7 @@ scope_enter_fast(PyObject *self)
     if (parent == NULL || parent_context == NULL || (PyObject *)Py_TYPE(parent) != sc_scope_span) {
         goto other;
     }
-    PyObject *end_time = PyObject_GetAttr(parent, str_end_time);
+    PyObject *end_time = PyObject_GenericGetAttr(parent, str_end_time);
     Py_XDECREF(end_time);
     if (end_time != Py_None) {
         goto other;
@@ -1250,7 +1257,7 @@ scope_enter_fast(PyObject *self)
     if (lean == NULL || lean == Py_None) {
         goto other;
     }
-    PyObject *trace_id = PyObject_GetAttr(parent, str_trace_id);
+    PyObject *trace_id = PyObject_GenericGetAttr(parent, str_trace_id);
     PyObject *copied = trace_id == NULL ? NULL : PyDict_Copy(attributes);
     if (copied == NULL) {
         Py_XDECREF(trace_id);
@@ -1352,12 +1359,258 @@ done:
     return result;
 }
 
-static PyObject *
-scope_call_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* ---------------------------------------------------------------------------------------
+ * The span processor's on_start and on_end (cirron.otel.processor.RingBufferSpanProcessor),
+ * for one of cirron's lean spans: what the pure methods do.
+ *
+ * What a processor is made with (its counters, its open spans, its ring, its store) is
+ * bound once in __init__ and rebound only after it stopped (after a fork), so it is read
+ * once per processor and kept here, beside a weak reference that forgets it when the
+ * processor goes; whether it stopped is read on every call. A full ring (the flush thread
+ * is behind) goes to the pure _enqueue, which may wait for room.
+ * ------------------------------------------------------------------------------------- */
+
+static PyObject *str_stopped, *str_started_count, *str_ended_count, *str_open_spans, *str_sinks,
+    *str_ring, *str_capacity, *str_wake_at, *str_wakeup, *str_is_set, *str_set, *str_enqueue,
+    *str_store, *str_ended_deque, *str_evictions;
+
+enum { P_STARTED, P_ENDED, P_OPEN, P_SINKS, P_RING, P_WAKEUP, P_STORE, P_ENDED_DEQUE,
+       P_EVICTIONS, P_FIELDS };
+static PyObject *pc_weak;              /* a weak reference to the processor read, or NULL */
+static PyObject *pc_fields[P_FIELDS];  /* what it was made with (owned) */
+static Py_ssize_t pc_capacity, pc_wake_at, pc_store_capacity;
+
+static void
+forget_processor(void)
 {
-    ScopeCallObject *self = (ScopeCallObject *)callable;
+    Py_CLEAR(pc_weak);
+    for (int i = 0; i < P_FIELDS; i++) {
+        Py_CLEAR(pc_fields[i]);
+    }
+}
+
+static PyObject *
+processor_gone(PyObject *module, PyObject *weak)
+{
+    if (weak == pc_weak) {
+        forget_processor();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef processor_gone_def = {"processor_gone", (PyCFunction)processor_gone, METH_O, NULL};
+static PyObject *processor_gone_callback;
+
+/* An int attribute (>= 0), or -1 with an error. */
+static Py_ssize_t
+size_attribute(PyObject *owner, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    Py_ssize_t size = value == NULL ? -1 : PyLong_AsSsize_t(value);
+    Py_XDECREF(value);
+    if (size < 0 && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "a negative size");
+    }
+    return size;
+}
+
+/* The processor's fields in pc_fields: 0, or -1 with an error (nothing kept then). */
+static int
+read_processor(PyObject *processor)
+{
+    if (pc_weak != NULL && PyWeakref_GET_OBJECT(pc_weak) == processor) {
+        return 0;
+    }
+    forget_processor();
+    PyObject *store = PyObject_GetAttr(processor, str_store);
+    if (store == NULL) {
+        return -1;
+    }
+    PyObject *fields[P_FIELDS] = {
+        PyObject_GetAttr(processor, str_started_count), PyObject_GetAttr(processor, str_ended_count),
+        PyObject_GetAttr(processor, str_open_spans), PyObject_GetAttr(processor, str_sinks),
+        PyObject_GetAttr(processor, str_ring), PyObject_GetAttr(processor, str_wakeup),
+        Py_NewRef(store), PyObject_GetAttr(store, str_ended_deque),
+        PyObject_GetAttr(store, str_evictions)};
+    Py_DECREF(store);
+    Py_ssize_t capacity = size_attribute(processor, str_capacity);
+    Py_ssize_t wake_at = capacity < 0 ? -1 : size_attribute(processor, str_wake_at);
+    Py_ssize_t store_capacity = wake_at < 0 ? -1 : size_attribute(fields[P_STORE], str_capacity);
+    int whole = store_capacity >= 0;
+    for (int i = 0; i < P_FIELDS; i++) {
+        whole = whole && fields[i] != NULL;
+    }
+    /* Checked once: a dict of open spans, a list of sinks (read as it is now on each call). */
+    if (whole && (!PyDict_Check(fields[P_OPEN]) || !PyList_Check(fields[P_SINKS]))) {
+        PyErr_SetString(PyExc_TypeError, "the processor's open spans or sinks are not as made");
+        whole = 0;
+    }
+    PyObject *weak = whole ? PyWeakref_NewRef(processor, processor_gone_callback) : NULL;
+    if (weak == NULL) {
+        for (int i = 0; i < P_FIELDS; i++) {
+            Py_XDECREF(fields[i]);
+        }
+        return -1;
+    }
+    pc_weak = weak;
+    for (int i = 0; i < P_FIELDS; i++) {
+        pc_fields[i] = fields[i];
+    }
+    pc_capacity = capacity;
+    pc_wake_at = wake_at;
+    pc_store_capacity = store_capacity;
+    return 0;
+}
+
+/* next(counter): 0, or -1 with an error. */
+static int
+count(PyObject *counter)
+{
+    PyObject *next = PyIter_Next(counter);
+    Py_XDECREF(next);
+    return next == NULL ? -1 : 0;
+}
+
+/* Stopped (1: nothing to do), running (0: its fields in pc_fields), -1 an error. */
+static int
+stopped(PyObject *processor)
+{
+    int off = attribute_true(processor, str_stopped);
+    return off != 0 ? off : read_processor(processor);
+}
+
+/* span._span_id, read as a plain attribute (new reference). */
+static PyObject *
+span_id_of(PyObject *span)
+{
+    return PyObject_GenericGetAttr(span, str_span_id);
+}
+
+/* on_start(span, parent_context): 1 done, 0 the pure method's, -1 an error. */
+static int
+processor_on_start(PyObject *processor, PyObject *span)
+{
+    if ((PyObject *)Py_TYPE(span) != sc_scope_span) {
+        return 0;
+    }
+    int off = stopped(processor);
+    if (off != 0) {
+        return off < 0 ? -1 : 1;
+    }
+    if (count(pc_fields[P_STARTED]) < 0) {
+        return -1;
+    }
+    PyObject *span_id = span_id_of(span);
+    int set = span_id == NULL ? -1 : PyDict_SetItem(pc_fields[P_OPEN], span_id, span);
+    Py_XDECREF(span_id);
+    return set < 0 ? -1 : 1;
+}
+
+/* Into the ring, as the pure on_end: appended (and the flush thread woken past wake_at), or
+ * the pure _enqueue's when the ring is full. 0, or -1 with an error. */
+static int
+into_ring(PyObject *processor, PyObject *span)
+{
+    PyObject *ring = pc_fields[P_RING];
+    Py_ssize_t held = PyObject_Length(ring);
+    if (held < 0) {
+        return -1;
+    }
+    if (held >= pc_capacity) { /* full: the pure _enqueue, which gives the flush thread a while */
+        PyObject *call[3] = {processor, span, Py_True};
+        PyObject *queued = PyObject_VectorcallMethod(str_enqueue, call,
+                                                     3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(queued);
+        return queued == NULL ? -1 : 0;
+    }
+    PyObject *appended = PyObject_CallMethodOneArg(ring, str_append, span);
+    if (appended == NULL) {
+        return -1;
+    }
+    Py_DECREF(appended);
+    if (held + 1 < pc_wake_at) {
+        return 0;
+    }
+    /* Once, until the flush thread runs: setting the event takes its lock. */
+    PyObject *wakeup = Py_NewRef(pc_fields[P_WAKEUP]); /* (a callback below may forget it) */
+    PyObject *is_set = PyObject_CallMethodNoArgs(wakeup, str_is_set);
+    int already = is_set == NULL ? -1 : PyObject_IsTrue(is_set);
+    PyObject *woken = already == 0 ? PyObject_CallMethodNoArgs(wakeup, str_set) : NULL;
+    int result = already < 0 || (already == 0 && woken == NULL) ? -1 : 0;
+    Py_DECREF(wakeup);
+    Py_XDECREF(is_set);
+    Py_XDECREF(woken);
+    return result;
+}
+
+/* on_end(span): 1 done, 0 the pure method's, -1 an error. */
+static int
+processor_on_end(PyObject *processor, PyObject *span)
+{
+    if ((PyObject *)Py_TYPE(span) != sc_scope_span) {
+        return 0;
+    }
+    int off = stopped(processor);
+    if (off != 0) {
+        return off < 0 ? -1 : 1;
+    }
+    if (count(pc_fields[P_ENDED]) < 0) {
+        return -1;
+    }
+    if (PyList_GET_SIZE(pc_fields[P_SINKS]) > 0 && into_ring(processor, span) < 0) {
+        return -1;
+    }
+    if (pc_weak == NULL || PyWeakref_GET_OBJECT(pc_weak) != processor) {
+        /* _enqueue let another thread in, which read another processor: this one again */
+        int again = stopped(processor);
+        if (again != 0) {
+            return again < 0 ? -1 : 1;
+        }
+    }
+    /* Last: while a span is among the store's open spans, the signal path knows it may not
+     * have reached the ring yet (see on_end_interrupted). */
+    PyObject *span_id = span_id_of(span);
+    if (span_id == NULL) {
+        return -1;
+    }
+    PyObject *open = pc_fields[P_OPEN];
+    int there = PyDict_Contains(open, span_id);
+    int result = there < 0 ? -1 : there ? PyDict_DelItem(open, span_id) : 0;
+    Py_DECREF(span_id);
+    if (result < 0) {
+        return -1;
+    }
+    PyObject *ended = pc_fields[P_ENDED_DEQUE];
+    Py_ssize_t held = PyObject_Length(ended);
+    if (held < 0 || (held == pc_store_capacity && count(pc_fields[P_EVICTIONS]) < 0)) {
+        return -1;
+    }
+    PyObject *appended = PyObject_CallMethodOneArg(ended, str_append, span);
+    Py_XDECREF(appended);
+    return appended == NULL ? -1 : 1;
+}
+
+static PyObject *
+twin_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    TwinObject *self = (TwinObject *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (sc_recorder != NULL) {
+    if (sc_recorder != NULL && self->which >= PROCESSOR_ON_START) {
+        int done = 0;
+        if (kwnames == NULL && self->which == PROCESSOR_ON_START && (nargs == 2 || nargs == 3)) {
+            done = processor_on_start(args[0], args[1]);
+        }
+        else if (kwnames == NULL && self->which == PROCESSOR_ON_END && nargs == 2) {
+            done = processor_on_end(args[0], args[1]);
+        }
+        if (done < 0) {
+            return NULL;
+        }
+        if (done) {
+            Py_RETURN_NONE;
+        }
+    }
+    else if (sc_recorder != NULL) {
         if (self->which == SCOPE_NEW) {
             PyObject *scope = scope_new_fast(args, nargs, kwnames);
             if (scope != NULL || PyErr_Occurred()) {
@@ -1387,7 +1640,7 @@ scope_call_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, 
 }
 
 static PyObject *
-scope_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+twin_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     int which;
     PyObject *pure;
@@ -1395,54 +1648,54 @@ scope_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO", names, &which, &pure)) {
         return NULL;
     }
-    if (which < SCOPE_NEW || which > SCOPE_EXIT || !PyCallable_Check(pure)) {
-        PyErr_SetString(PyExc_ValueError, "which must be 0, 1 or 2, and pure a callable");
+    if (which < SCOPE_NEW || which > PROCESSOR_ON_END || !PyCallable_Check(pure)) {
+        PyErr_SetString(PyExc_ValueError, "which must be 0 to 4, and pure a callable");
         return NULL;
     }
-    ScopeCallObject *self = (ScopeCallObject *)type->tp_alloc(type, 0);
+    TwinObject *self = (TwinObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
         return NULL;
     }
     self->which = which;
     self->pure = Py_NewRef(pure);
-    self->vectorcall = scope_call_vectorcall;
+    self->vectorcall = twin_vectorcall;
     return (PyObject *)self;
 }
 
 static int
-scope_call_traverse(ScopeCallObject *self, visitproc visit, void *arg)
+twin_traverse(TwinObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->pure);
     return 0;
 }
 
 static int
-scope_call_clear(ScopeCallObject *self)
+twin_clear(TwinObject *self)
 {
     Py_CLEAR(self->pure);
     return 0;
 }
 
 static void
-scope_call_dealloc(ScopeCallObject *self)
+twin_dealloc(TwinObject *self)
 {
     PyObject_GC_UnTrack(self);
-    scope_call_clear(self);
+    twin_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 /* Looked up on a Scope (scope.__enter__): a bound method, as for a function. */
 static PyObject *
-scope_call_get(PyObject *self, PyObject *instance, PyObject *owner)
+twin_get(PyObject *self, PyObject *instance, PyObject *owner)
 {
-    if (instance == NULL || instance == Py_None || ((ScopeCallObject *)self)->which == SCOPE_NEW) {
+    if (instance == NULL || instance == Py_None || ((TwinObject *)self)->which == SCOPE_NEW) {
         return Py_NewRef(self);
     }
     return PyMethod_New(self, instance);
 }
 
 static PyObject *
-scope_call_of_pure(ScopeCallObject *self, void *name)
+twin_of_pure(TwinObject *self, void *name)
 {
     if (self->pure == NULL) {
         PyErr_SetString(PyExc_AttributeError, (const char *)name);
@@ -1452,7 +1705,7 @@ scope_call_of_pure(ScopeCallObject *self, void *name)
 }
 
 static PyObject *
-scope_call_wrapped(ScopeCallObject *self, void *closure)
+twin_wrapped(TwinObject *self, void *closure)
 {
     if (self->pure == NULL) {
         PyErr_SetString(PyExc_AttributeError, "__wrapped__");
@@ -1461,30 +1714,31 @@ scope_call_wrapped(ScopeCallObject *self, void *closure)
     return Py_NewRef(self->pure);
 }
 
-static PyGetSetDef scope_call_getset[] = {
-    {"__wrapped__", (getter)scope_call_wrapped, NULL, "the pure-Python twin", NULL},
-    {"__name__", (getter)scope_call_of_pure, NULL, NULL, "__name__"},
-    {"__qualname__", (getter)scope_call_of_pure, NULL, NULL, "__qualname__"},
-    {"__module__", (getter)scope_call_of_pure, NULL, NULL, "__module__"},
-    {"__doc__", (getter)scope_call_of_pure, NULL, NULL, "__doc__"},
+static PyGetSetDef twin_getset[] = {
+    {"__wrapped__", (getter)twin_wrapped, NULL, "the pure-Python twin", NULL},
+    {"__name__", (getter)twin_of_pure, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)twin_of_pure, NULL, NULL, "__qualname__"},
+    {"__module__", (getter)twin_of_pure, NULL, NULL, "__module__"},
+    {"__doc__", (getter)twin_of_pure, NULL, NULL, "__doc__"},
     {NULL},
 };
 
-static PyTypeObject ScopeCallType = {
+static PyTypeObject TwinType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cirron.recording._hot.ScopeCall",
-    .tp_doc = "ScopeCall(which, pure): ci.scope (0), Scope.__enter__ (1) or __exit__ (2).",
-    .tp_basicsize = sizeof(ScopeCallObject),
+    .tp_name = "cirron.recording._hot.Twin",
+    .tp_doc = "Twin(which, pure): the compiled twin of ci.scope (0), Scope.__enter__ (1), "
+              "Scope.__exit__ (2), RingBufferSpanProcessor.on_start (3) or on_end (4).",
+    .tp_basicsize = sizeof(TwinObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_new = scope_call_new,
-    .tp_traverse = (traverseproc)scope_call_traverse,
-    .tp_clear = (inquiry)scope_call_clear,
-    .tp_dealloc = (destructor)scope_call_dealloc,
+    .tp_new = twin_new,
+    .tp_traverse = (traverseproc)twin_traverse,
+    .tp_clear = (inquiry)twin_clear,
+    .tp_dealloc = (destructor)twin_dealloc,
     .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(ScopeCallObject, vectorcall),
-    .tp_descr_get = scope_call_get,
-    .tp_getset = scope_call_getset,
+    .tp_vectorcall_offset = offsetof(TwinObject, vectorcall),
+    .tp_descr_get = twin_get,
+    .tp_getset = twin_getset,
 };
 
 /* A copy of the OTel context ``context`` with ``span`` current (new reference). */
@@ -1506,7 +1760,7 @@ open_lean(PyObject *span)
     if (span == NULL || (PyObject *)Py_TYPE(span) != sc_scope_span) {
         return 0;
     }
-    PyObject *end_time = PyObject_GetAttr(span, str_end_time);
+    PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
     Py_XDECREF(end_time);
     if (end_time == NULL) {
         PyErr_Clear();
@@ -1547,7 +1801,7 @@ open_on_fast(PyObject *rec, PyObject *name, PyObject *attributes, PyObject *star
     if (parent_context == NULL || !open_lean(parent)) {
         goto other; /* a foreign or ended parent, a provider's root: the SDK's way */
     }
-    PyObject *trace_id = PyObject_GetAttr(parent, str_trace_id);
+    PyObject *trace_id = PyObject_GenericGetAttr(parent, str_trace_id);
     if (trace_id == NULL) {
         goto other;
     }
@@ -1696,6 +1950,9 @@ configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
     if (sc_sixty_four == NULL && (sc_sixty_four = PyLong_FromLong(64)) == NULL) {
         return NULL;
     }
+    if (sc_no_arguments == NULL && (sc_no_arguments = PyTuple_New(0)) == NULL) {
+        return NULL;
+    }
     PyObject **kept[16] = {&sc_recorder, &sc_pending, &sc_open, &sc_completed, &sc_enclosing,
                            &sc_context_var, &sc_span_key, &sc_depth_key, &sc_scope_span,
                            &sc_context, &sc_restore, &sc_scope, &sc_random_bits, &sc_time_ns,
@@ -1775,7 +2032,12 @@ PyInit__hot(void)
         {&str_parent_span, "_parent_span"}, {&str_attributes_field, "_attributes"},
         {&str_start_time, "_start_time"}, {&str_processors, "processors"},
         {&str_span_processors, "_span_processors"}, {&str_on_start, "on_start"},
-        {&str_on_end, "on_end"},
+        {&str_on_end, "on_end"}, {&str_stopped, "_stopped"}, {&str_started_count, "_started"},
+        {&str_ended_count, "_ended"}, {&str_open_spans, "_open_spans"}, {&str_sinks, "sinks"},
+        {&str_ring, "_ring"}, {&str_capacity, "capacity"}, {&str_wake_at, "_wake_at"},
+        {&str_wakeup, "_wakeup"}, {&str_is_set, "is_set"}, {&str_set, "set"},
+        {&str_enqueue, "_enqueue"}, {&str_store, "store"}, {&str_ended_deque, "ended_deque"},
+        {&str_evictions, "evictions"},
     };
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {
         *interned[i].name = PyUnicode_InternFromString(interned[i].text);
@@ -1784,11 +2046,16 @@ PyInit__hot(void)
         }
     }
     if (PyType_Ready(&ModuleCallType) < 0 || PyType_Ready(&HookSpanType) < 0
-        || PyType_Ready(&MarkType) < 0 || PyType_Ready(&ScopeCallType) < 0) {
+        || PyType_Ready(&MarkType) < 0 || PyType_Ready(&TwinType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&hot_module);
     if (module == NULL) {
+        return NULL;
+    }
+    processor_gone_callback = PyCFunction_New(&processor_gone_def, NULL);
+    if (processor_gone_callback == NULL) {
+        Py_DECREF(module);
         return NULL;
     }
     Py_INCREF(&ModuleCallType);
@@ -1803,9 +2070,9 @@ PyInit__hot(void)
         Py_DECREF(module);
         return NULL;
     }
-    Py_INCREF(&ScopeCallType);
-    if (PyModule_AddObject(module, "ScopeCall", (PyObject *)&ScopeCallType) < 0) {
-        Py_DECREF(&ScopeCallType);
+    Py_INCREF(&TwinType);
+    if (PyModule_AddObject(module, "Twin", (PyObject *)&TwinType) < 0) {
+        Py_DECREF(&TwinType);
         Py_DECREF(module);
         return NULL;
     }

@@ -3,11 +3,16 @@
 Like ``wrapt``, cirron ships a small optional C extension, :mod:`cirron.recording._hot`,
 built from the sdist wherever a C compiler is present (a Linux x86_64 wheel
 carries it built). It holds only what runs for every module call of a model
-(torch's ``nn.Module.__call__``) and for every hook span of a step (their begin
-and end). The pure-Python twins
-(:func:`cirron.instrumentors.torch_modules.make_module_call`,
-:mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`)
-are the reference and what every other platform gets; both give the same spans.
+(torch's ``nn.Module.__call__``), for every hook span of a step (their begin
+and end), and for the API's commonest calls: ``ci.scope`` and ``ci.mark``, the
+opening and closing of a step, an epoch or a batch (``scopes.open_on`` and
+``close_span``), and the span processor's ``on_start``/``on_end`` for cirron's
+spans. Each handles the common case only and hands anything else to its
+pure-Python twin (:func:`cirron.instrumentors.torch_modules.make_module_call`,
+:mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`,
+``PURE_TWINS`` in :mod:`cirron.recording.scopes`, ``PURE_MARK`` in
+:mod:`cirron.recording.marks`): those are the reference and what every other
+platform gets; both give the same spans.
 
 ``CIRRON_PURE_PYTHON=1`` asks for the pure twin even where the extension is
 built. ``ci.health()["hot_path"]`` says which one runs: ``compiled``, or

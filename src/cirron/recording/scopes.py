@@ -31,6 +31,7 @@ from opentelemetry.trace import (
 
 from ..config import MAX_SCOPE_DEPTH
 from ..otel import ids, semconv, values
+from ..otel.processor import RingBufferSpanProcessor
 from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
 from . import hot, recorder, training_state
 from .recorder import Recorder
@@ -369,6 +370,8 @@ PURE_TWINS = {
     "__exit__": Scope.__exit__,
     "open_on": open_on,
     "close_span": close_span,
+    "on_start": RingBufferSpanProcessor.on_start,
+    "on_end": RingBufferSpanProcessor.on_end,
 }
 if hot.compiled is not None:
     hot.compiled.configure_scopes(
@@ -391,6 +394,9 @@ if hot.compiled is not None:
         max_depth=MAX_SCOPE_DEPTH,
     )
     open_on, close_span = hot.compiled.open_on, hot.compiled.close_span  # noqa: F811
-    Scope.__enter__ = hot.compiled.ScopeCall(1, PURE_TWINS["__enter__"])  # type: ignore[method-assign]
-    Scope.__exit__ = hot.compiled.ScopeCall(2, PURE_TWINS["__exit__"])  # type: ignore[method-assign]
-    scope = hot.compiled.ScopeCall(0, PURE_TWINS["scope"])  # noqa: F811
+    Scope.__enter__ = hot.compiled.Twin(1, PURE_TWINS["__enter__"])  # type: ignore[method-assign]
+    Scope.__exit__ = hot.compiled.Twin(2, PURE_TWINS["__exit__"])  # type: ignore[method-assign]
+    scope = hot.compiled.Twin(0, PURE_TWINS["scope"])  # noqa: F811
+    # Every span of cirron's starts and ends through the processor, on the training thread.
+    RingBufferSpanProcessor.on_start = hot.compiled.Twin(3, PURE_TWINS["on_start"])  # type: ignore[method-assign]
+    RingBufferSpanProcessor.on_end = hot.compiled.Twin(4, PURE_TWINS["on_end"])  # type: ignore[method-assign]
