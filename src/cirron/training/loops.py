@@ -146,8 +146,8 @@ class _Batches(_Loop[T]):
         state = rec.training
         if boundary is not None:  # measured from where the batch begins: its fetch included
             state.measured_ns = started
-        else:
-            boundary = resources.cpu_mark(state)
+        elif not (state.measured_ns and 0 <= started - state.measured_ns < state.measure_every_ns):
+            boundary = resources.cpu_mark(state)  # (not due, the common case, is that test)
         item = next(iterator)  # StopIteration and errors propagate unchanged
         if self._timed:
             fetched = _time_ns()
