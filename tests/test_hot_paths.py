@@ -261,3 +261,38 @@ def test_the_compiled_scope_and_mark_read_as_the_functions_they_stand_for():
         ci.mark()  # a wrong call: the pure twin's error, never a crash
     with pytest.raises(TypeError):
         scopes.Scope.__exit__()
+
+
+def test_the_spool_encoder_writes_the_same_text_on_both_twins(monkeypatch):
+    """Attributes and marks of every kind a span can hold, encoded by the compiled twins and
+    by the pure functions: the same OTLP/JSON text, byte for byte."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from cirron.exporters import otlp_json
+
+    assert type(otlp_json.key_values).__name__ == "builtin_function_or_method"
+    ci.profile(output="none", frameworks=[])
+    values = [
+        "plain", "quote \" backslash \\ tab \t", "é ünïcödé \u2028 \ud800", "", 0.5, -0.0,
+        float("nan"), float("inf"), float("-inf"), 1e300, True, False, 0, -7, 2**70,
+        [1, 2], ("a", "b"), b"\x00\xff", None, 1.5j,
+    ]  # fmt: skip
+    with ci.scope("outer", index=3, text="x", ratio=0.25, flag=True, items=[1.5, 2.5]) as outer:
+        # As any code may leave them on a span's attributes (the encoder takes what it finds).
+        outer.span._attributes.update({f"key{i}": value for i, value in enumerate(values)})
+        for i in range(len(values)):
+            ci.mark("loss", float(i))
+            ci.mark("count", i, unit="steps")
+            ci.mark("label", f"v{i}", kind="point")
+    sdk_span = TracerProvider().get_tracer("t").start_span("sdk", attributes={"a": 1})
+    sdk_span.add_event("e", {"k": "v"})
+    sdk_span.end()
+    from cirron.recording import recorder
+
+    spans = [*recorder.current.store.ended_deque, sdk_span]
+    ci.shutdown()
+    compiled = otlp_json.encode_request(spans)
+    for name, twin in otlp_json.PURE_TWINS.items():
+        monkeypatch.setattr(otlp_json, name, twin)
+    assert otlp_json.encode_request(spans) == compiled
+    assert '"doubleValue":"NaN"' in compiled and '"name":"loss"' in compiled

@@ -336,3 +336,26 @@ def encode_request(spans: Sequence[Any]) -> str:
             + "}"
         )
     return '{"resourceSpans":[' + ",".join(resource_spans) + "]}"
+
+
+# The pure-Python functions are the reference (tests compare the text of both). Where the
+# compiled helper is built, a span's attributes and its marks are written by its twins, which
+# hand a value of another type, or an event that is not a mark's, back to these.
+PURE_TWINS = {"key_values": key_values, "_events": _events}
+
+
+def use_compiled(compiled: Any) -> None:
+    """Write attributes and marks with ``compiled``'s twins (``cirron.recording._hot``, which
+    :mod:`cirron.recording.hot` hands over where it is built)."""
+    global key_values, _events
+    compiled.configure_encoder(
+        quote=_quote,
+        key_texts=_KEY_TEXTS,
+        key_text=_key_text,
+        any_value=any_value,
+        key_values=PURE_TWINS["key_values"],
+        events=PURE_TWINS["_events"],
+        mark_event=MarkEvent,
+        non_finite=_NON_FINITE,
+    )
+    key_values, _events = compiled.key_values, compiled.events

@@ -1,7 +1,8 @@
 /* The compiled twins of cirron's hottest entries: torch's ``nn.Module.__call__``; the begin
  * and end of a hook span (the span a hook puts around a forward, a backward or an optimizer
  * step); ci.mark and ci.scope, scopes.open_on/close_span (a step's, an epoch's, a batch's
- * span) and the span processor's on_start/on_end, each on its common path.
+ * span), the span processor's on_start/on_end, and the spool encoder's attributes and marks,
+ * each on its common path.
  *
  * The pure-Python implementations (cirron.instrumentors.torch_modules.make_module_call,
  * cirron.recording.hook_spans.begin/end, cirron.instrumentors.torch_spans.open_hook, the
@@ -1969,6 +1970,238 @@ configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The spool's encoder (cirron.exporters.otlp_json): a span's attributes and its mark events
+ * as OTLP/JSON text, compiled. A value of another type than str, float, bool or int, and an
+ * event that is not a mark's, go to the pure functions configure_encoder was given; the
+ * text is the same either way (tests compare them).
+ * ------------------------------------------------------------------------------------- */
+
+static PyObject *en_quote;      /* json's encode_basestring_ascii */
+static PyObject *en_key_texts;  /* otlp_json._KEY_TEXTS: a key -> its text before the value */
+static PyObject *en_key_text;   /* otlp_json._key_text(key): the text, kept while there is room */
+static PyObject *en_any_value;  /* otlp_json.any_value(value) */
+static PyObject *en_key_values; /* otlp_json.key_values (pure): a mapping that is not a dict */
+static PyObject *en_events;     /* otlp_json._events (pure): events that are not all marks' */
+static PyObject *en_mark_event; /* MarkEvent */
+static PyObject *en_non_finite; /* otlp_json._NON_FINITE: str(value) -> its JSON text */
+static Py_ssize_t en_at_name, en_at_attributes, en_at_timestamp;
+static PyObject *txt_empty, *txt_string, *txt_double, *txt_int, *txt_int_end, *txt_true,
+    *txt_false, *txt_close, *txt_open_list, *txt_close_list, *txt_comma, *txt_no_attributes,
+    *txt_events, *txt_time, *txt_name, *txt_attributes;
+
+/* Append ``item`` (a new reference, or NULL: failed) to ``parts``: 0, or -1. */
+static int
+add_part(PyObject *parts, PyObject *item)
+{
+    if (item == NULL) {
+        return -1;
+    }
+    int added = PyList_Append(parts, item);
+    Py_DECREF(item);
+    return added;
+}
+
+/* One value's OTLP AnyValue text into ``parts``: 0, or -1 with an error. */
+static int
+add_any_value(PyObject *parts, PyObject *value)
+{
+    if (PyUnicode_CheckExact(value)) {
+        return PyList_Append(parts, txt_string) < 0 ? -1
+               : add_part(parts, PyObject_CallOneArg(en_quote, value)) < 0 ? -1
+               : PyList_Append(parts, txt_close);
+    }
+    if (PyFloat_CheckExact(value)) {
+        double number = PyFloat_AS_DOUBLE(value);
+        if (PyList_Append(parts, txt_double) < 0) {
+            return -1;
+        }
+        if (Py_IS_FINITE(number)) {
+            if (add_part(parts, PyObject_Repr(value)) < 0) {
+                return -1;
+            }
+        }
+        else {
+            PyObject *name = PyObject_Str(value);
+            PyObject *text = name == NULL ? NULL : PyDict_GetItemWithError(en_non_finite, name);
+            Py_XDECREF(name);
+            if (text == NULL) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_KeyError, "a non-finite double with no text");
+                }
+                return -1;
+            }
+            if (PyList_Append(parts, text) < 0) {
+                return -1;
+            }
+        }
+        return PyList_Append(parts, txt_close);
+    }
+    if (PyBool_Check(value)) {
+        return PyList_Append(parts, value == Py_True ? txt_true : txt_false);
+    }
+    if (PyLong_CheckExact(value)) {
+        return PyList_Append(parts, txt_int) < 0 ? -1
+               : add_part(parts, PyObject_Str(value)) < 0 ? -1
+               : PyList_Append(parts, txt_int_end);
+    }
+    return add_part(parts, PyObject_CallOneArg(en_any_value, value));
+}
+
+/* The KeyValue texts of the dict ``attributes`` into ``parts``, between [ and ]. */
+static int
+add_key_values(PyObject *parts, PyObject *attributes)
+{
+    if (PyList_Append(parts, txt_open_list) < 0) {
+        return -1;
+    }
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    int first = 1;
+    while (PyDict_Next(attributes, &position, &key, &value)) {
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyObject *text = PyDict_GetItemWithError(en_key_texts, key);
+        Py_XINCREF(text);
+        if (text == NULL && !PyErr_Occurred()) {
+            text = PyObject_CallOneArg(en_key_text, key);
+        }
+        int done = text == NULL || (!first && PyList_Append(parts, txt_comma) < 0)
+                       || add_part(parts, text) < 0 || add_any_value(parts, value) < 0
+                       || PyList_Append(parts, txt_close) < 0;
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (done) {
+            return -1;
+        }
+        first = 0;
+    }
+    return PyList_Append(parts, txt_close_list);
+}
+
+static PyObject *
+joined(PyObject *parts)
+{
+    PyObject *text = PyUnicode_Join(txt_empty, parts);
+    Py_DECREF(parts);
+    return text;
+}
+
+/* otlp_json.key_values(attributes): a JSON array of OTLP KeyValues. */
+static PyObject *
+encoder_key_values(PyObject *module, PyObject *attributes)
+{
+    if (en_quote == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled encoder is not configured");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(attributes)) { /* None, a mapping of the SDK's: the pure function */
+        return PyObject_CallOneArg(en_key_values, attributes);
+    }
+    if (PyDict_GET_SIZE(attributes) == 0) {
+        return Py_NewRef(txt_no_attributes);
+    }
+    PyObject *parts = PyList_New(0);
+    if (parts == NULL) {
+        return NULL;
+    }
+    if (add_key_values(parts, attributes) < 0) {
+        Py_DECREF(parts);
+        return NULL;
+    }
+    return joined(parts);
+}
+
+/* otlp_json._events(events): ',"events":[...]' for a span's events. */
+static PyObject *
+encoder_events(PyObject *module, PyObject *events)
+{
+    if (en_quote == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled encoder is not configured");
+        return NULL;
+    }
+    PyObject *items = PySequence_Fast(events, "events must be a sequence");
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *event = PySequence_Fast_GET_ITEM(items, i);
+        if ((PyObject *)Py_TYPE(event) != en_mark_event
+            || !PyDict_CheckExact(SLOT(event, en_at_attributes) ? SLOT(event, en_at_attributes) : Py_None)
+            || SLOT(event, en_at_name) == NULL || SLOT(event, en_at_timestamp) == NULL) {
+            Py_DECREF(items); /* an event of the SDK's: the pure function, for them all */
+            return PyObject_CallOneArg(en_events, events);
+        }
+    }
+    PyObject *parts = PyList_New(0);
+    int failed = parts == NULL || PyList_Append(parts, txt_events) < 0;
+    for (Py_ssize_t i = 0; !failed && i < count; i++) {
+        PyObject *event = PySequence_Fast_GET_ITEM(items, i);
+        failed = (i > 0 && PyList_Append(parts, txt_comma) < 0)
+                 || PyList_Append(parts, txt_time) < 0
+                 || add_part(parts, PyObject_Str(SLOT(event, en_at_timestamp))) < 0
+                 || PyList_Append(parts, txt_name) < 0
+                 || add_part(parts, PyObject_CallOneArg(en_quote, SLOT(event, en_at_name))) < 0
+                 || PyList_Append(parts, txt_attributes) < 0
+                 || (PyDict_GET_SIZE(SLOT(event, en_at_attributes)) == 0
+                         ? PyList_Append(parts, txt_no_attributes) < 0
+                         : add_key_values(parts, SLOT(event, en_at_attributes)) < 0)
+                 || PyList_Append(parts, txt_close) < 0;
+    }
+    Py_DECREF(items);
+    if (failed || PyList_Append(parts, txt_close_list) < 0) {
+        Py_XDECREF(parts);
+        return NULL;
+    }
+    return joined(parts);
+}
+
+static PyObject *
+configure_encoder(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    PyObject *f[8];
+    static char *names[] = {"quote", "key_texts", "key_text", "any_value", "key_values",
+                            "events", "mark_event", "non_finite", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!OOOOO!O!", names, &f[0], &PyDict_Type,
+                                     &f[1], &f[2], &f[3], &f[4], &f[5], &PyType_Type, &f[6],
+                                     &PyDict_Type, &f[7])) {
+        return NULL;
+    }
+    Py_ssize_t at_name = slot_offset(f[6], "_name");
+    Py_ssize_t at_attributes = at_name < 0 ? -1 : slot_offset(f[6], "_attributes");
+    Py_ssize_t at_timestamp = at_attributes < 0 ? -1 : slot_offset(f[6], "_timestamp");
+    if (at_timestamp < 0) {
+        return NULL;
+    }
+    struct {
+        PyObject **text;
+        const char *value;
+    } texts[] = {
+        {&txt_empty, ""}, {&txt_string, "{\"stringValue\":"}, {&txt_double, "{\"doubleValue\":"},
+        {&txt_int, "{\"intValue\":\""}, {&txt_int_end, "\"}"},
+        {&txt_true, "{\"boolValue\":true}"}, {&txt_false, "{\"boolValue\":false}"},
+        {&txt_close, "}"}, {&txt_open_list, "["}, {&txt_close_list, "]"}, {&txt_comma, ","},
+        {&txt_no_attributes, "[]"}, {&txt_events, ",\"events\":["},
+        {&txt_time, "{\"timeUnixNano\":\""}, {&txt_name, "\",\"name\":"},
+        {&txt_attributes, ",\"attributes\":"},
+    };
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        if (*texts[i].text == NULL && (*texts[i].text = PyUnicode_InternFromString(texts[i].value)) == NULL) {
+            return NULL;
+        }
+    }
+    PyObject **kept[8] = {&en_quote, &en_key_texts, &en_key_text, &en_any_value, &en_key_values,
+                          &en_events, &en_mark_event, &en_non_finite};
+    for (int i = 0; i < 8; i++) {
+        Py_XSETREF(*kept[i], Py_NewRef(f[i]));
+    }
+    en_at_name = at_name;
+    en_at_attributes = at_attributes;
+    en_at_timestamp = at_timestamp;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef hot_methods[] = {
     {"configure_hook_spans", (PyCFunction)(void (*)(void))configure_hook_spans,
      METH_VARARGS | METH_KEYWORDS,
@@ -1986,6 +2219,14 @@ static PyMethodDef hot_methods[] = {
     {"close_span", (PyCFunction)(void (*)(void))close_span, METH_FASTCALL | METH_KEYWORDS,
      "close_span(opened, error=None, end_ns=None): cirron.recording.scopes.close_span, "
      "compiled."},
+    {"configure_encoder", (PyCFunction)(void (*)(void))configure_encoder,
+     METH_VARARGS | METH_KEYWORDS,
+     "configure_encoder(*, quote, key_texts, key_text, any_value, key_values, events, "
+     "mark_event, non_finite): what the spool's encoder works with."},
+    {"key_values", (PyCFunction)encoder_key_values, METH_O,
+     "key_values(attributes): cirron.exporters.otlp_json.key_values, compiled."},
+    {"events", (PyCFunction)encoder_events, METH_O,
+     "events(events): cirron.exporters.otlp_json._events, compiled."},
     {"watch_device", (PyCFunction)(void (*)(void))watch_device, METH_FASTCALL,
      "watch_device(cuda, timer): open_hook asks timer(hook) for the device time once cuda[0] "
      "is initialized."},

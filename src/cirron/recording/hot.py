@@ -6,12 +6,13 @@ carries it built). It holds only what runs for every module call of a model
 (torch's ``nn.Module.__call__``), for every hook span of a step (their begin
 and end), and for the API's commonest calls: ``ci.scope`` and ``ci.mark``, the
 opening and closing of a step, an epoch or a batch (``scopes.open_on`` and
-``close_span``), and the span processor's ``on_start``/``on_end`` for cirron's
-spans. Each handles the common case only and hands anything else to its
+``close_span``), the span processor's ``on_start``/``on_end`` for cirron's
+spans, and the spool encoder's attributes and marks (``otlp_json.key_values``
+and ``_events``). Each handles the common case only and hands anything else to its
 pure-Python twin (:func:`cirron.instrumentors.torch_modules.make_module_call`,
 :mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`,
-``PURE_TWINS`` in :mod:`cirron.recording.scopes`, ``PURE_MARK`` in
-:mod:`cirron.recording.marks`): those are the reference and what every other
+``PURE_TWINS`` in :mod:`cirron.recording.scopes` and in
+:mod:`cirron.exporters.otlp_json`, ``PURE_MARK`` in :mod:`cirron.recording.marks`): those are the reference and what every other
 platform gets; both give the same spans.
 
 ``CIRRON_PURE_PYTHON=1`` asks for the pure twin even where the extension is
@@ -52,3 +53,7 @@ def _load() -> tuple[Any, str]:
 
 
 compiled, hot_path = _load()
+if compiled is not None:  # the spool's encoder, in a package below this one, writes with it too
+    from ..exporters import otlp_json
+
+    otlp_json.use_compiled(compiled)
