@@ -1415,11 +1415,31 @@ size_attribute(PyObject *owner, PyObject *name)
     return size;
 }
 
+/* pc_fields are ``processor``'s (1), or not (0). Only the pointer is compared: the weak
+ * reference's callback forgets them before the processor's memory can be reused. */
+static int
+kept_for(PyObject *processor)
+{
+    if (pc_weak == NULL) {
+        return 0;
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *held = NULL;
+    if (PyWeakref_GetRef(pc_weak, &held) < 0) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(held);
+    return held == processor;
+#else
+    return PyWeakref_GET_OBJECT(pc_weak) == processor;
+#endif
+}
+
 /* The processor's fields in pc_fields: 0, or -1 with an error (nothing kept then). */
 static int
 read_processor(PyObject *processor)
 {
-    if (pc_weak != NULL && PyWeakref_GET_OBJECT(pc_weak) == processor) {
+    if (kept_for(processor)) {
         return 0;
     }
     forget_processor();
@@ -1561,7 +1581,7 @@ processor_on_end(PyObject *processor, PyObject *span)
     if (PyList_GET_SIZE(pc_fields[P_SINKS]) > 0 && into_ring(processor, span) < 0) {
         return -1;
     }
-    if (pc_weak == NULL || PyWeakref_GET_OBJECT(pc_weak) != processor) {
+    if (!kept_for(processor)) {
         /* _enqueue let another thread in, which read another processor: this one again */
         int again = stopped(processor);
         if (again != 0) {
