@@ -710,9 +710,46 @@ watch_device(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * means, and every error a mark raises, stay in Python.
  * ------------------------------------------------------------------------------------- */
 
+/* The head of both compiled twin types (Mark, Twin): the pure twin comes first after it, so
+ * what reads a function reads the pure twin's (its name, its text, its signature) through
+ * one set of getters. */
 typedef struct {
     PyObject_HEAD
-    PyObject *pure;        /* cirron.recording.marks.mark, the pure twin */
+    PyObject *pure;
+} PureHead;
+
+static PyObject *
+pure_attribute(PureHead *self, void *name)
+{
+    if (self->pure == NULL) {
+        PyErr_SetString(PyExc_AttributeError, (const char *)name);
+        return NULL;
+    }
+    return PyObject_GetAttrString(self->pure, (const char *)name);
+}
+
+static PyObject *
+pure_wrapped(PureHead *self, void *closure)
+{
+    if (self->pure == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "__wrapped__");
+        return NULL;
+    }
+    return Py_NewRef(self->pure);
+}
+
+static PyGetSetDef pure_getset[] = {
+    {"__wrapped__", (getter)pure_wrapped, NULL, "the pure-Python twin", NULL},
+    {"__name__", (getter)pure_attribute, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)pure_attribute, NULL, NULL, "__qualname__"},
+    {"__module__", (getter)pure_attribute, NULL, NULL, "__module__"},
+    {"__doc__", (getter)pure_attribute, NULL, NULL, "__doc__"},
+    {NULL},
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *pure;        /* cirron.recording.marks.mark, the pure twin (first: PureHead) */
     PyObject *recorder;    /* cirron.recording.recorder: its .current */
     PyObject *pending;     /* training_state.pending_fetches (a list) */
     PyObject *open;        /* training_state.open_hook_spans (a list) */
@@ -726,6 +763,7 @@ typedef struct {
     Py_ssize_t at_name, at_attributes, at_timestamp; /* MarkEvent's slots, as offsets */
     vectorcallfunc vectorcall;
 } MarkObject;
+_Static_assert(offsetof(MarkObject, pure) == offsetof(PureHead, pure), "Mark starts as PureHead");
 
 static PyObject *str_point, *str_kind, *str_events, *str_state, *str_max_events;
 
@@ -953,35 +991,6 @@ mark_dealloc(MarkObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* What reads a function reads the pure twin's: its name, its text, its signature. */
-static PyObject *
-mark_of_pure(MarkObject *self, void *name)
-{
-    if (self->pure == NULL) {
-        PyErr_SetString(PyExc_AttributeError, (const char *)name);
-        return NULL;
-    }
-    return PyObject_GetAttrString(self->pure, (const char *)name);
-}
-
-static PyObject *
-mark_wrapped(MarkObject *self, void *closure)
-{
-    if (self->pure == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "__wrapped__");
-        return NULL;
-    }
-    return Py_NewRef(self->pure);
-}
-
-static PyGetSetDef mark_getset[] = {
-    {"__wrapped__", (getter)mark_wrapped, NULL, "the pure-Python twin", NULL},
-    {"__name__", (getter)mark_of_pure, NULL, NULL, "__name__"},
-    {"__qualname__", (getter)mark_of_pure, NULL, NULL, "__qualname__"},
-    {"__module__", (getter)mark_of_pure, NULL, NULL, "__module__"},
-    {"__doc__", (getter)mark_of_pure, NULL, NULL, "__doc__"},
-    {NULL},
-};
 
 static PyTypeObject MarkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -994,7 +1003,7 @@ static PyTypeObject MarkType = {
     .tp_dealloc = (destructor)mark_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(MarkObject, vectorcall),
-    .tp_getset = mark_getset,
+    .tp_getset = pure_getset,
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -1027,10 +1036,11 @@ enum { SCOPE_NEW, SCOPE_ENTER, SCOPE_EXIT, PROCESSOR_ON_START, PROCESSOR_ON_END 
 
 typedef struct {
     PyObject_HEAD
+    PyObject *pure; /* the pure twin, which runs everything off the common path (PureHead) */
     int which;      /* SCOPE_NEW (ci.scope), SCOPE_ENTER, SCOPE_EXIT, PROCESSOR_ON_START/END */
-    PyObject *pure; /* the pure twin, which runs everything off the common path */
     vectorcallfunc vectorcall;
 } TwinObject;
+_Static_assert(offsetof(TwinObject, pure) == offsetof(PureHead, pure), "Twin starts as PureHead");
 
 /* recorder.current, when it records: a new reference, or NULL with no error (not here). */
 static PyObject *
@@ -1715,34 +1725,6 @@ twin_get(PyObject *self, PyObject *instance, PyObject *owner)
     return PyMethod_New(self, instance);
 }
 
-static PyObject *
-twin_of_pure(TwinObject *self, void *name)
-{
-    if (self->pure == NULL) {
-        PyErr_SetString(PyExc_AttributeError, (const char *)name);
-        return NULL;
-    }
-    return PyObject_GetAttrString(self->pure, (const char *)name);
-}
-
-static PyObject *
-twin_wrapped(TwinObject *self, void *closure)
-{
-    if (self->pure == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "__wrapped__");
-        return NULL;
-    }
-    return Py_NewRef(self->pure);
-}
-
-static PyGetSetDef twin_getset[] = {
-    {"__wrapped__", (getter)twin_wrapped, NULL, "the pure-Python twin", NULL},
-    {"__name__", (getter)twin_of_pure, NULL, NULL, "__name__"},
-    {"__qualname__", (getter)twin_of_pure, NULL, NULL, "__qualname__"},
-    {"__module__", (getter)twin_of_pure, NULL, NULL, "__module__"},
-    {"__doc__", (getter)twin_of_pure, NULL, NULL, "__doc__"},
-    {NULL},
-};
 
 static PyTypeObject TwinType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -1759,7 +1741,7 @@ static PyTypeObject TwinType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(TwinObject, vectorcall),
     .tp_descr_get = twin_get,
-    .tp_getset = twin_getset,
+    .tp_getset = pure_getset,
 };
 
 /* A copy of the OTel context ``context`` with ``span`` current (new reference). */

@@ -12,8 +12,8 @@ and ``_events``). Each handles the common case only and hands anything else to i
 pure-Python twin (:func:`cirron.instrumentors.torch_modules.make_module_call`,
 :mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`,
 ``PURE_TWINS`` in :mod:`cirron.recording.scopes` and in
-:mod:`cirron.exporters.otlp_json`, ``PURE_MARK`` in :mod:`cirron.recording.marks`): those are the reference and what every other
-platform gets; both give the same spans.
+:mod:`cirron.exporters.otlp_json`, ``PURE_MARK`` in :mod:`cirron.recording.marks`):
+those are the reference and what every other platform gets; both give the same spans.
 
 ``CIRRON_PURE_PYTHON=1`` asks for the pure twin even where the extension is
 built. ``ci.health()["hot_path"]`` says which one runs: ``compiled``, or

@@ -361,9 +361,10 @@ def scope(name: Any, index: int | None = None, **attributes: Any) -> Any:
 
 
 # The pure-Python twins are the reference (tests compare the compiled ones with them). Where
-# the compiled helper is built, ``ci.scope`` and a scope's enter and exit run its twins: the
-# common case (a named scope, inside an open scope or step or at the top level, left without
-# an error) with no Python frame of these three, all else handed to the functions above.
+# the compiled helper is built, ``ci.scope``, a scope's enter and exit, ``open_on`` and
+# ``close_span`` and the span processor's ``on_start``/``on_end`` run its twins: the common
+# case (a named scope or a step's span, inside an open lean span or at the top level, ended
+# without an error) with no Python frame, all else handed to the functions kept here.
 PURE_TWINS = {
     "scope": scope,
     "__enter__": Scope.__enter__,
