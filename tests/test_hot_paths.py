@@ -10,6 +10,7 @@ The other tests run on whichever path this install has (``ci.health()["hot_path"
 from __future__ import annotations
 
 import inspect
+from types import MappingProxyType
 
 import pytest
 
@@ -296,3 +297,69 @@ def test_the_spool_encoder_writes_the_same_text_on_both_twins(monkeypatch):
         monkeypatch.setattr(otlp_json, name, twin)
     assert otlp_json.encode_request(spans) == compiled
     assert '"doubleValue":"NaN"' in compiled and '"name":"loss"' in compiled
+
+
+def test_spans_off_the_common_path_are_encoded_the_same_on_both_twins(monkeypatch):
+    """Spans the compiled encoder hands to the pure one (an error status, a link, events
+    dropped, a remote parent, attributes that are not a dict) and the common ones around
+    them (a child in a trace with a trace state): the same request text, byte for byte."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    from cirron.exporters import otlp_json
+    from cirron.recording import recorder
+
+    assert type(otlp_json.scope_span).__name__ == "builtin_function_or_method"
+    ci.profile(output="none", frameworks=[], config={"max_events": 2})
+    remote = SpanContext(
+        0x1234, 0x5678, True, TraceFlags(TraceFlags.SAMPLED), TraceState([("vendor", "v1")])
+    )
+    with ci.scope("under remote", n=1) as under:
+        # As a span opened under a remote parent has them (the trace state comes with it).
+        under.span._trace_id, under.span._parent_span = remote.trace_id, NonRecordingSpan(remote)
+        with ci.scope("plain child") as child:
+            child.span._trace_id = remote.trace_id
+    with ci.scope("root"):
+        with pytest.raises(ValueError), ci.scope("failed"):
+            raise ValueError('bad "input"')
+        with ci.scope("many marks") as many:
+            many_span = many.span
+            for i in range(4):  # past max_events: dropped, and counted
+                ci.mark("loss", float(i))
+        with ci.scope("linked") as linked:
+            linked.span._links = (Link(remote, {"why": "retry"}),)
+        with ci.scope("mapping") as mapping:
+            mapping.span._attributes = MappingProxyType({"k": "v"})
+    spans = [*recorder.current.store.ended_deque]
+    sdk = TracerProvider().get_tracer("t").start_span("sdk")
+    sdk.end()
+    spans.append(sdk)
+    ci.shutdown()
+    assert many_span._dropped_events == 2
+    compiled = otlp_json.encode_request(spans)
+    for name, twin in otlp_json.PURE_TWINS.items():
+        monkeypatch.setattr(otlp_json, name, twin)
+    assert otlp_json.encode_request(spans) == compiled
+    assert '"traceState":"vendor=v1"' in compiled and '"links":[' in compiled
+    assert '"droppedEventsCount":2' in compiled and '"status":{"code":2' in compiled
+    assert compiled.count('"traceState"') == 2  # the trace's two spans, each with its state
+
+
+def test_an_ended_span_leaves_the_collectors_sight_unless_a_value_is_still_to_come():
+    """The compiled processor untracks a span of cirron's once it ended (with its events), as
+    nothing it holds refers back to it; one with an attribute still to resolve stays tracked."""
+    import gc
+
+    ci.profile(output="none", frameworks=[])
+    with ci.scope("plain") as plain:
+        ci.mark("loss", 0.5)
+        span = plain.span
+        assert gc.is_tracked(span)  # open: anything may still be set on it
+    assert not gc.is_tracked(span) and not gc.is_tracked(span._events)
+    assert not gc.is_tracked(span._events[0])
+    with ci.scope("waiting") as waiting:
+        waiting.span.defer_attribute("later", lambda final: 1 if final else None)
+        deferred = waiting.span
+    assert gc.is_tracked(deferred)
+    ci.shutdown()
+    assert deferred.attributes["later"] == 1 and span.events[0].attributes["value"] == 0.5

@@ -779,6 +779,39 @@ def test_a_slow_dataset_shows_in_data_load_inside_the_step():
         assert fetch["end_ns"] <= forward["start_ns"]
 
 
+def test_hook_spans_never_pile_up_behind_a_flush_thread_that_is_stuck(monkeypatch):
+    """A flush thread that cannot run (a hung disk, a busy machine) is woken once every
+    NOTED_WAKE_AT hook spans, and past NOTED_LIMIT the training thread builds them itself:
+    what waits stays bounded, and every step keeps its hook spans."""
+    from cirron.otel import processor as processor_module
+    from cirron.recording import recorder
+
+    limit = 2 * processor_module.NOTED_WAKE_AT
+    monkeypatch.setattr(processor_module, "NOTED_LIMIT", limit)
+    profile()
+    processor = recorder.current.processor
+    woken = []
+    monkeypatch.setattr(
+        processor,
+        "noted_many",
+        lambda: woken.append(len(processor.noted)) or type(processor).noted_many(processor),
+    )
+    model = make_model()
+    loader = DataLoader(make_data(600), batch_size=1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    most = 0
+    with processor._drain_lock:  # the flush thread waits for it: stuck
+        for x, y in loader:
+            train_step(model, optimizer, loss_fn, x, y)
+            most = max(most, len(processor.noted))
+    assert most < limit and len(woken) >= 2
+    assert all(waiting % processor_module.NOTED_WAKE_AT == 0 for waiting in woken)
+    steps = named(session_tree(), "step")
+    assert len(steps) == 600
+    assert all(len(kids(step, "forward")) == 1 for step in steps)
+
+
 # -- 8. torch.compile ---------------------------------------------------------------------
 def test_a_compiled_model_trains_with_one_forward_span_per_call():
     if shutil.which("cc") is None and shutil.which("gcc") is None:

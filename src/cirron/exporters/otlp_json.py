@@ -159,6 +159,9 @@ _REMOTE_FLAGS = f',"flags":{_FLAGS | _REMOTE_PARENT}'
 class _Encoder:
     """Encodes the spans of one request; caches what spans of one trace, or one name, share."""
 
+    # Slots: the compiled twin of _scope_span reads the caches by their offsets.
+    __slots__ = ("_traces", "_heads", "_names", "_parents")
+
     def __init__(self) -> None:
         self._traces: dict[int, tuple[str, str | None, bool]] = {}
         # cirron's spans: per trace, the text before the span id and the trace state's
@@ -170,7 +173,7 @@ class _Encoder:
 
     def span(self, span: Any) -> str:
         if type(span) is ScopeSpan:
-            return self._scope_span(span)
+            return scope_span(self, span)
         context = span.get_span_context()
         trace = _trace_fields(span)
         parent = span.parent
@@ -244,6 +247,10 @@ class _Encoder:
         return head
 
 
+# The encoding of one of cirron's spans (the compiled twin, where it is built).
+scope_span = _Encoder._scope_span
+
+
 def _parent_text(parent_id: int) -> str:
     return f'","parentSpanId":"{parent_id:016x}"'
 
@@ -309,7 +316,7 @@ def encode_request(spans: Sequence[Any]) -> str:
             if encoded is None:
                 state = span._state
                 encoded = by_tracer[state] = _spans_of(by_resource, state.resource, state.scope)
-            encoded.append(encoder._scope_span(span))
+            encoded.append(scope_span(encoder, span))
         else:
             encoded = _spans_of(by_resource, span.resource, span.instrumentation_scope)
             encoded.append(encoder.span(span))
@@ -339,15 +346,16 @@ def encode_request(spans: Sequence[Any]) -> str:
 
 
 # The pure-Python functions are the reference (tests compare the text of both). Where the
-# compiled helper is built, a span's attributes and its marks are written by its twins, which
-# hand a value of another type, or an event that is not a mark's, back to these.
-PURE_TWINS = {"key_values": key_values, "_events": _events}
+# compiled helper is built, cirron's spans, their attributes and their marks are written by
+# its twins, which hand a span off the common path (links, a status, a parent of another
+# tracer), a value of another type, or an event that is not a mark's, back to these.
+PURE_TWINS = {"key_values": key_values, "_events": _events, "scope_span": scope_span}
 
 
 def use_compiled(compiled: Any) -> None:
     """Write attributes and marks with ``compiled``'s twins (``cirron.recording._hot``, which
     :mod:`cirron.recording.hot` hands over where it is built)."""
-    global key_values, _events
+    global key_values, _events, scope_span
     compiled.configure_encoder(
         quote=_quote,
         key_texts=_KEY_TEXTS,
@@ -357,5 +365,9 @@ def use_compiled(compiled: Any) -> None:
         events=PURE_TWINS["_events"],
         mark_event=MarkEvent,
         non_finite=_NON_FINITE,
+        scope_span=PURE_TWINS["scope_span"],
+        encoder=_Encoder,
+        unset_status=UNSET_STATUS,
+        local_flags=_LOCAL_FLAGS,
     )
-    key_values, _events = compiled.key_values, compiled.events
+    key_values, _events, scope_span = compiled.key_values, compiled.events, compiled.scope_span

@@ -33,13 +33,13 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .health import Health
-from .spans import ScopeSpan
+from .spans import DEFERRED_SEEN, ScopeSpan
 from .store import TraceStore
 
 _MAX_ROOM_WAIT = 0.25  # seconds the training thread gives a flush thread that is behind
 _MAX_DEFER_SECONDS = 10.0  # how long a span may wait for a deferred attribute
 NOTED_WAKE_AT = 1024  # noted hook spans that wake the flush thread early
-NOTED_LIMIT = 65536  # noted hook spans past which the training thread builds them itself
+NOTED_LIMIT = 64 * NOTED_WAKE_AT  # noted past which the training thread builds them itself
 _live_processors: weakref.WeakSet[RingBufferSpanProcessor] = weakref.WeakSet()
 
 
@@ -289,11 +289,12 @@ class RingBufferSpanProcessor(SpanProcessor):
             self.build_noted()
             ring = self._ring
             batch = self._waiting
-            while ring:
-                try:
-                    batch.append(ring.popleft())
-                except IndexError:
-                    break
+            append, popleft = batch.append, ring.popleft
+            try:  # what is there now; spans that end meanwhile wait for the next drain
+                for _ in range(len(ring)):
+                    append(popleft())
+            except IndexError:  # a signal handler's flush, past the lock, took the rest
+                pass
             self._stuck = False
             batch, self._waiting = self._ready(batch, final)
             if batch and self.sinks:
@@ -307,7 +308,7 @@ class RingBufferSpanProcessor(SpanProcessor):
 
     def _ready(self, batch: list[Any], final: bool) -> tuple[list[Any], list[Any]]:
         """Split off spans whose deferred attributes (GPU time) are not known yet."""
-        if not any(getattr(span, "_deferred", None) for span in batch):
+        if not DEFERRED_SEEN[0] or not any(getattr(span, "_deferred", None) for span in batch):
             return batch, []
         give_up_before = time.time_ns() - int(_MAX_DEFER_SECONDS * 1e9)
         ready, waiting = [], []

@@ -162,6 +162,11 @@ def lean_path_possible(provider: trace_api.TracerProvider) -> bool:
     )
 
 
+# Set once any span of the process was given an attribute to resolve later: until then the
+# flush thread need not look for one in each batch (a run without a GPU never sets it).
+DEFERRED_SEEN = [False]
+
+
 class ScopeSpan(trace_api.Span, ReadableSpan):
     """A recording span of cirron's; see the module docstring."""
 
@@ -232,6 +237,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         span._start_time = start_time
         if deferred is not None:
             span._deferred = [(deferred[0], deferred[1], None)]
+            DEFERRED_SEEN[0] = True
         span._end_time = end_time
         for handler in state.whole_handlers():
             handler(span, parent_context)
@@ -405,6 +411,7 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         if self._deferred is None:
             self._deferred = []
         self._deferred.append((key, resolve, target))
+        DEFERRED_SEEN[0] = True
 
     def resolve_deferred(self, final: bool = False) -> bool:
         """Fill in what is ready; True when nothing is left (``final``: give up on the rest)."""

@@ -1,8 +1,8 @@
 /* The compiled twins of cirron's hottest entries: torch's ``nn.Module.__call__``; the begin
  * and end of a hook span (the span a hook puts around a forward, a backward or an optimizer
  * step); ci.mark and ci.scope, scopes.open_on/close_span (a step's, an epoch's, a batch's
- * span), the span processor's on_start/on_end, and the spool encoder's attributes and marks,
- * each on its common path.
+ * span), the span processor's on_start/on_end, and the spool encoder's spans, attributes
+ * and marks, each on its common path.
  *
  * The pure-Python implementations (cirron.instrumentors.torch_modules.make_module_call,
  * cirron.recording.hook_spans.begin/end, cirron.instrumentors.torch_spans.open_hook, the
@@ -219,6 +219,43 @@ static PyTypeObject ModuleCallType = {
 };
 
 /* ---------------------------------------------------------------------------------------
+ * What the hook spans, the scopes and the mark all read: set once, by configure
+ * (cirron.recording.hot, as it loads this module). Owned references; NULL until then.
+ * ------------------------------------------------------------------------------------- */
+
+static PyObject *sh_recorder;    /* cirron.recording.recorder: its .current */
+static PyObject *sh_pending;     /* training_state.pending_fetches (a list) */
+static PyObject *sh_open;        /* training_state.open_hook_spans (a list) */
+static PyObject *sh_completed;   /* training_state.completed: [a completed step's span, loop] */
+static PyObject *sh_context_var; /* the OTel context's ContextVar */
+static PyObject *sh_span_key;    /* the context's key of the current span */
+static PyObject *sh_scope_span;  /* cirron.otel.spans.ScopeSpan */
+static PyObject *sh_time_ns;     /* time.time_ns */
+
+static PyObject *
+configure(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    PyObject *f[8];
+    static char *names[] = {"recorder", "pending", "open", "completed", "context_var",
+                            "span_key", "scope_span", "time_ns", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!OOO!O", names, &f[0], &PyList_Type,
+                                     &f[1], &PyList_Type, &f[2], &PyList_Type, &f[3], &f[4],
+                                     &f[5], &PyType_Type, &f[6], &f[7])) {
+        return NULL;
+    }
+    if (!PyContextVar_CheckExact(f[4])) {
+        PyErr_SetString(PyExc_TypeError, "context_var must be a contextvars.ContextVar");
+        return NULL;
+    }
+    PyObject **kept[8] = {&sh_recorder, &sh_pending, &sh_open, &sh_completed, &sh_context_var,
+                          &sh_span_key, &sh_scope_span, &sh_time_ns};
+    for (int i = 0; i < 8; i++) {
+        Py_XSETREF(*kept[i], Py_NewRef(f[i]));
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------
  * Hook spans: cirron.recording.hook_spans.begin/end and their _finished, compiled.
  *
  * begin notes a start time and the span's parent; end hands the finished span's fields to
@@ -228,18 +265,13 @@ static PyTypeObject ModuleCallType = {
  * configure_hook_spans hands over: the decisions stay in Python, where they can be read.
  * ------------------------------------------------------------------------------------- */
 
-/* What configure_hook_spans was given (owned references; NULL until it is called). */
-static PyObject *hs_recorder;        /* cirron.recording.recorder: its .current */
-static PyObject *hs_open;            /* training_state.open_hook_spans (a list) */
-static PyObject *hs_context_var;     /* the OTel context's ContextVar */
-static PyObject *hs_span_key;        /* the context's key of the current span */
-static PyObject *hs_scope_span;      /* cirron.otel.spans.ScopeSpan */
+/* What configure_hook_spans was given (owned references; NULL until it is called); what
+ * they share with the scopes and the mark is configure's (sh_*, above). */
 static PyObject *hs_build_here;      /* hook_spans.build_here() */
 static PyObject *hs_open_on;         /* scopes.open_on(rec, name, attributes, None) */
 static PyObject *hs_end_built;       /* hook_spans._end_built(hook, parent, error, deferred, end_ns) */
 static PyObject *hs_end_pure;        /* hook_spans' pure end(hook, error): for its own hook spans */
 static PyObject *hs_finished_now;    /* ScopeSpan.finished(*fields): built on this thread */
-static PyObject *hs_time_ns;         /* time.time_ns */
 static Py_ssize_t hs_wake_at;        /* NOTED_WAKE_AT */
 static PyObject *hs_device;          /* torch_spans.CUDA: [torch.cuda once attached, or None] */
 static PyObject *hs_device_timer;    /* torch_spans._device_timer(hook): sets its device_timer */
@@ -319,7 +351,7 @@ attribute_true(PyObject *owner, PyObject *name)
 static int
 hook_spans_configured(void)
 {
-    if (hs_recorder == NULL) {
+    if (sh_recorder == NULL || hs_build_here == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "cirron's compiled hook spans are not configured");
         return 0;
     }
@@ -332,11 +364,11 @@ span_of(PyObject *context)
 {
     PyObject *span;
     if (PyDict_Check(context)) { /* an OTel Context is a dict */
-        span = PyDict_GetItemWithError(context, hs_span_key);
+        span = PyDict_GetItemWithError(context, sh_span_key);
         Py_XINCREF(span);
         return span;
     }
-    span = PyObject_GetItem(context, hs_span_key);
+    span = PyObject_GetItem(context, sh_span_key);
     if (span == NULL && PyErr_ExceptionMatches(PyExc_KeyError)) {
         PyErr_Clear();
     }
@@ -351,7 +383,7 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     if (!hook_spans_configured()) {
         return NULL;
     }
-    PyObject *rec = PyObject_GetAttr(hs_recorder, str_current);
+    PyObject *rec = PyObject_GetAttr(sh_recorder, str_current);
     if (rec == NULL) {
         return NULL;
     }
@@ -374,14 +406,14 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
         }
         Py_RETURN_NONE;
     }
-    if (PyList_GET_SIZE(hs_open) > 0) { /* a hook call inside another: the outer one is built */
+    if (PyList_GET_SIZE(sh_open) > 0) { /* a hook call inside another: the outer one is built */
         PyObject *done = PyObject_CallNoArgs(hs_build_here);
         if (done == NULL) {
             goto failed;
         }
         Py_DECREF(done);
     }
-    if (PyContextVar_Get(hs_context_var, NULL, &context) < 0) {
+    if (PyContextVar_Get(sh_context_var, NULL, &context) < 0) {
         goto failed;
     }
     if (context == NULL) { /* (the OTel variable has a default: never) */
@@ -417,7 +449,7 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     hook->opened = Py_NewRef(Py_None);
     hook->device_timer = Py_NewRef(Py_None);
     int lean_parent = 0;
-    if ((PyObject *)Py_TYPE(parent) == hs_scope_span) {
+    if ((PyObject *)Py_TYPE(parent) == sh_scope_span) {
         PyObject *end_time = PyObject_GenericGetAttr(parent, str_end_time);
         if (end_time == NULL) {
             goto failed;
@@ -435,11 +467,11 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     if (lean_parent) {
         Py_XSETREF(hook->parent, Py_NewRef(parent));
         hook->thread = PyThread_get_thread_ident();
-        Py_XSETREF(hook->start_ns, PyObject_CallNoArgs(hs_time_ns));
+        Py_XSETREF(hook->start_ns, PyObject_CallNoArgs(sh_time_ns));
         if (hook->start_ns == NULL) {
             goto failed;
         }
-        if (PyList_Append(hs_open, (PyObject *)hook) < 0) {
+        if (PyList_Append(sh_open, (PyObject *)hook) < 0) {
             goto failed;
         }
     }
@@ -513,7 +545,7 @@ hook_open(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static int
 finished_impl(PyObject *const *fields)
 {
-    PyObject *rec = PyObject_GetAttr(hs_recorder, str_current);
+    PyObject *rec = PyObject_GetAttr(sh_recorder, str_current);
     if (rec == NULL) {
         return -1;
     }
@@ -542,6 +574,9 @@ finished_impl(PyObject *const *fields)
             for (int i = 0; i < 7; i++) {
                 PyTuple_SET_ITEM(record, i, Py_NewRef(fields[i]));
             }
+            /* It waits for the flush thread (four a torch step), and nothing refers back to
+             * it: out of the collector's sight, like the span it becomes (untrack_ended). */
+            PyObject_GC_UnTrack(record);
             PyObject *appended = PyObject_CallMethodOneArg(noted, str_append, record);
             Py_DECREF(record);
             Py_XDECREF(appended);
@@ -549,7 +584,7 @@ finished_impl(PyObject *const *fields)
             if (waiting < 0) {
                 result = -1;
             }
-            else if (waiting >= hs_wake_at) {
+            else if (waiting % hs_wake_at == 0) { /* (once every wake_at: hook_spans._finished) */
                 PyObject *woken = PyObject_CallMethodNoArgs(processor, str_noted_many);
                 result = woken == NULL ? -1 : 0;
                 Py_XDECREF(woken);
@@ -580,9 +615,9 @@ hook_finished(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static int
 unlist(PyObject *hook)
 {
-    for (Py_ssize_t i = PyList_GET_SIZE(hs_open) - 1; i >= 0; i--) {
-        if (PyList_GET_ITEM(hs_open, i) == hook) {
-            return PySequence_DelItem(hs_open, i);
+    for (Py_ssize_t i = PyList_GET_SIZE(sh_open) - 1; i >= 0; i--) {
+        if (PyList_GET_ITEM(sh_open, i) == hook) {
+            return PySequence_DelItem(sh_open, i);
         }
     }
     return 0;
@@ -625,7 +660,7 @@ hook_end(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *k
         Py_INCREF(deferred);
     }
     PyObject *result = NULL;
-    PyObject *end_ns = PyObject_CallNoArgs(hs_time_ns);
+    PyObject *end_ns = PyObject_CallNoArgs(sh_time_ns);
     if (end_ns == NULL) {
         Py_DECREF(deferred);
         return NULL;
@@ -657,33 +692,23 @@ done:
 static PyObject *
 configure_hook_spans(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *recorder, *open, *context_var, *span_key, *scope_span, *build_here, *open_on,
-        *end_built, *end_pure, *finished_now, *time_ns;
+    PyObject *build_here, *open_on, *end_built, *end_pure, *finished_now;
     Py_ssize_t wake_at;
-    static char *names[] = {"recorder", "open", "context_var", "span_key", "scope_span",
-                            "build_here", "open_on", "end_built", "end_pure", "finished_now",
-                            "time_ns", "wake_at", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!OOOOOOOOOn", names, &recorder,
-                                     &PyList_Type, &open, &context_var, &span_key, &scope_span,
-                                     &build_here, &open_on, &end_built, &end_pure, &finished_now,
-                                     &time_ns, &wake_at)) {
+    static char *names[] = {"build_here", "open_on", "end_built", "end_pure", "finished_now",
+                            "wake_at", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOn", names, &build_here, &open_on,
+                                     &end_built, &end_pure, &finished_now, &wake_at)) {
         return NULL;
     }
-    if (!PyContextVar_CheckExact(context_var)) {
-        PyErr_SetString(PyExc_TypeError, "context_var must be a contextvars.ContextVar");
+    if (wake_at <= 0) {
+        PyErr_SetString(PyExc_ValueError, "wake_at must be positive");
         return NULL;
     }
-    Py_XSETREF(hs_recorder, Py_NewRef(recorder));
-    Py_XSETREF(hs_open, Py_NewRef(open));
-    Py_XSETREF(hs_context_var, Py_NewRef(context_var));
-    Py_XSETREF(hs_span_key, Py_NewRef(span_key));
-    Py_XSETREF(hs_scope_span, Py_NewRef(scope_span));
     Py_XSETREF(hs_build_here, Py_NewRef(build_here));
     Py_XSETREF(hs_open_on, Py_NewRef(open_on));
     Py_XSETREF(hs_end_built, Py_NewRef(end_built));
     Py_XSETREF(hs_end_pure, Py_NewRef(end_pure));
     Py_XSETREF(hs_finished_now, Py_NewRef(finished_now));
-    Py_XSETREF(hs_time_ns, Py_NewRef(time_ns));
     hs_wake_at = wake_at;
     Py_RETURN_NONE;
 }
@@ -750,16 +775,8 @@ static PyGetSetDef pure_getset[] = {
 typedef struct {
     PyObject_HEAD
     PyObject *pure;        /* cirron.recording.marks.mark, the pure twin (first: PureHead) */
-    PyObject *recorder;    /* cirron.recording.recorder: its .current */
-    PyObject *pending;     /* training_state.pending_fetches (a list) */
-    PyObject *open;        /* training_state.open_hook_spans (a list) */
-    PyObject *completed;   /* training_state.completed: [a completed step's span, loop] */
-    PyObject *context_var; /* the OTel context's ContextVar */
-    PyObject *span_key;    /* the context's key of the current span */
-    PyObject *scope_span;  /* cirron.otel.spans.ScopeSpan */
     PyObject *event;       /* cirron.otel.spans.MarkEvent (its fields are slots) */
     PyObject *value_key;   /* semconv.MARK_VALUE */
-    PyObject *time_ns;     /* time.time_ns */
     Py_ssize_t at_name, at_attributes, at_timestamp; /* MarkEvent's slots, as offsets */
     vectorcallfunc vectorcall;
 } MarkObject;
@@ -771,26 +788,26 @@ static PyObject *str_point, *str_kind, *str_events, *str_state, *str_max_events;
 static PyObject *
 mark_target(MarkObject *self)
 {
-    PyObject *rec = PyObject_GetAttr(self->recorder, str_current);
+    PyObject *rec = PyObject_GetAttr(sh_recorder, str_current);
     if (rec == NULL) {
         return NULL;
     }
     int on = rec == Py_None ? 0 : attribute_true(rec, str_enabled);
     Py_DECREF(rec);
-    if (on <= 0 || PyList_GET_SIZE(self->pending) > 0 || PyList_GET_SIZE(self->open) > 0) {
+    if (on <= 0 || PyList_GET_SIZE(sh_pending) > 0 || PyList_GET_SIZE(sh_open) > 0) {
         return NULL;
     }
     PyObject *context = NULL;
-    if (PyContextVar_Get(self->context_var, NULL, &context) < 0 || context == NULL
+    if (PyContextVar_Get(sh_context_var, NULL, &context) < 0 || context == NULL
         || !PyDict_Check(context)) {
         Py_XDECREF(context);
         return NULL;
     }
-    PyObject *span = PyDict_GetItemWithError(context, self->span_key);
+    PyObject *span = PyDict_GetItemWithError(context, sh_span_key);
     Py_XINCREF(span);
     Py_DECREF(context);
-    if (span == NULL || (PyObject *)Py_TYPE(span) != self->scope_span
-        || (PyList_GET_SIZE(self->completed) > 0 && PyList_GET_ITEM(self->completed, 0) == span)) {
+    if (span == NULL || (PyObject *)Py_TYPE(span) != sh_scope_span
+        || (PyList_GET_SIZE(sh_completed) > 0 && PyList_GET_ITEM(sh_completed, 0) == span)) {
         Py_XDECREF(span);
         return NULL;
     }
@@ -846,7 +863,7 @@ mark_event(MarkObject *self, PyObject *name, PyObject *value)
         Py_DECREF(attributes);
         return NULL;
     }
-    PyObject *timestamp = PyObject_CallNoArgs(self->time_ns);
+    PyObject *timestamp = PyObject_CallNoArgs(sh_time_ns);
     if (timestamp == NULL) {
         Py_DECREF(attributes);
         return NULL;
@@ -862,6 +879,9 @@ mark_event(MarkObject *self, PyObject *name, PyObject *value)
     *(PyObject **)((char *)event + self->at_name) = Py_NewRef(name);
     *(PyObject **)((char *)event + self->at_attributes) = attributes;
     *(PyObject **)((char *)event + self->at_timestamp) = timestamp;
+    /* Its name, a dict of a float and an int close no cycle: out of the collector's sight, as
+     * an ended span (see untrack_ended). */
+    PyObject_GC_UnTrack(event);
     return event;
 }
 
@@ -876,8 +896,8 @@ mark_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
         && (nkw == 0 || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_kind) == 0)) {
         point = PyUnicode_Compare(args[2], str_point) == 0;
     }
-    if (point && PyUnicode_CheckExact(args[0]) && PyUnicode_GET_LENGTH(args[0]) > 0
-        && PyFloat_CheckExact(args[1])) {
+    if (point && sh_recorder != NULL && PyUnicode_CheckExact(args[0])
+        && PyUnicode_GET_LENGTH(args[0]) > 0 && PyFloat_CheckExact(args[1])) {
         PyObject *span = mark_target(self);
         PyObject *events = span == NULL || PyErr_Occurred() ? NULL : room_on(span);
         Py_XDECREF(span);
@@ -896,14 +916,15 @@ mark_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
     return PyObject_Vectorcall(self->pure, args, nargsf, kwnames);
 }
 
-/* A MarkEvent slot's offset in its objects (-1 with an error: no such slot). */
+/* A slot's offset in the objects of ``type`` (-1 with an error: no such slot). */
 static Py_ssize_t
 slot_offset(PyObject *type, const char *name)
 {
     PyObject *descriptor = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, name);
     if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type)
         || ((PyMemberDescrObject *)descriptor)->d_member->type != T_OBJECT_EX) {
-        PyErr_Format(PyExc_TypeError, "event must have a slot %s", name);
+        PyErr_Format(PyExc_TypeError, "%s must have a slot %s", ((PyTypeObject *)type)->tp_name,
+                     name);
         return -1;
     }
     return ((PyMemberDescrObject *)descriptor)->d_member->offset;
@@ -912,23 +933,15 @@ slot_offset(PyObject *type, const char *name)
 static PyObject *
 mark_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *fields[11];
-    static char *names[] = {"pure", "recorder", "pending", "open", "completed", "context_var",
-                            "span_key", "scope_span", "event", "value_key", "time_ns", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOO!O!O!OOO!O!OO", names, &fields[0],
-                                     &fields[1], &PyList_Type, &fields[2], &PyList_Type,
-                                     &fields[3], &PyList_Type, &fields[4], &fields[5], &fields[6],
-                                     &PyType_Type, &fields[7], &PyType_Type, &fields[8],
-                                     &fields[9], &fields[10])) {
+    PyObject *fields[3];
+    static char *names[] = {"pure", "event", "value_key", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O", names, &fields[0], &PyType_Type,
+                                     &fields[1], &fields[2])) {
         return NULL;
     }
-    if (!PyContextVar_CheckExact(fields[5])) {
-        PyErr_SetString(PyExc_TypeError, "context_var must be a contextvars.ContextVar");
-        return NULL;
-    }
-    Py_ssize_t at_name = slot_offset(fields[8], "_name");
-    Py_ssize_t at_attributes = at_name < 0 ? -1 : slot_offset(fields[8], "_attributes");
-    Py_ssize_t at_timestamp = at_attributes < 0 ? -1 : slot_offset(fields[8], "_timestamp");
+    Py_ssize_t at_name = slot_offset(fields[1], "_name");
+    Py_ssize_t at_attributes = at_name < 0 ? -1 : slot_offset(fields[1], "_attributes");
+    Py_ssize_t at_timestamp = at_attributes < 0 ? -1 : slot_offset(fields[1], "_timestamp");
     if (at_timestamp < 0) {
         return NULL;
     }
@@ -936,10 +949,8 @@ mark_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    PyObject **slots[11] = {&self->pure, &self->recorder, &self->pending, &self->open,
-                            &self->completed, &self->context_var, &self->span_key,
-                            &self->scope_span, &self->event, &self->value_key, &self->time_ns};
-    for (int i = 0; i < 11; i++) {
+    PyObject **slots[3] = {&self->pure, &self->event, &self->value_key};
+    for (int i = 0; i < 3; i++) {
         *slots[i] = Py_NewRef(fields[i]);
     }
     self->at_name = at_name;
@@ -953,16 +964,8 @@ static int
 mark_traverse(MarkObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->pure);
-    Py_VISIT(self->recorder);
-    Py_VISIT(self->pending);
-    Py_VISIT(self->open);
-    Py_VISIT(self->completed);
-    Py_VISIT(self->context_var);
-    Py_VISIT(self->span_key);
-    Py_VISIT(self->scope_span);
     Py_VISIT(self->event);
     Py_VISIT(self->value_key);
-    Py_VISIT(self->time_ns);
     return 0;
 }
 
@@ -970,16 +973,8 @@ static int
 mark_clear(MarkObject *self)
 {
     Py_CLEAR(self->pure);
-    Py_CLEAR(self->recorder);
-    Py_CLEAR(self->pending);
-    Py_CLEAR(self->open);
-    Py_CLEAR(self->completed);
-    Py_CLEAR(self->context_var);
-    Py_CLEAR(self->span_key);
-    Py_CLEAR(self->scope_span);
     Py_CLEAR(self->event);
     Py_CLEAR(self->value_key);
-    Py_CLEAR(self->time_ns);
     return 0;
 }
 
@@ -990,7 +985,6 @@ mark_dealloc(MarkObject *self)
     mark_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
-
 
 static PyTypeObject MarkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -1017,11 +1011,10 @@ static PyTypeObject MarkType = {
  * ScopeSpan itself (its start, its end, the span processors) stays in Python.
  * ------------------------------------------------------------------------------------- */
 
-/* What configure_scopes was given (owned references; NULL until it is called). */
-static PyObject *sc_recorder, *sc_pending, *sc_open, *sc_completed, *sc_enclosing,
-    *sc_context_var, *sc_span_key, *sc_depth_key, *sc_scope_span, *sc_context, *sc_restore,
-    *sc_scope, *sc_random_bits, *sc_time_ns, *sc_sixty_four, *sc_open_on, *sc_close_span,
-    *sc_no_arguments;
+/* What configure_scopes was given (owned references; NULL until it is called); what they
+ * share with the hook spans and the mark is configure's (sh_*). */
+static PyObject *sc_enclosing, *sc_depth_key, *sc_context, *sc_restore, *sc_scope,
+    *sc_random_bits, *sc_sixty_four, *sc_open_on, *sc_close_span, *sc_no_arguments;
 static Py_ssize_t sc_max_depth;
 /* The offsets of Scope's slots: name, attributes, span, start_ns, _opened. */
 static Py_ssize_t at_scope_name, at_scope_attributes, at_scope_span, at_scope_start,
@@ -1041,6 +1034,13 @@ typedef struct {
     vectorcallfunc vectorcall;
 } TwinObject;
 _Static_assert(offsetof(TwinObject, pure) == offsetof(PureHead, pure), "Twin starts as PureHead");
+
+/* configure and configure_scopes were called: the compiled scopes may run. */
+static int
+scopes_configured(void)
+{
+    return sh_recorder != NULL && sc_scope != NULL;
+}
 
 /* recorder.current, when it records: a new reference, or NULL with no error (not here). */
 static PyObject *
@@ -1069,7 +1069,7 @@ scope_new_fast(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
         || PyUnicode_GET_LENGTH(args[0]) == 0) {
         return NULL;
     }
-    PyObject *rec = recording(sc_recorder);
+    PyObject *rec = recording(sh_recorder);
     if (rec == NULL) {
         return NULL;
     }
@@ -1111,10 +1111,10 @@ new_scope_span(PyObject *const *fields)
             return NULL;
         }
     }
-    PyObject *start = fields[6] != Py_None ? Py_NewRef(fields[6]) : PyObject_CallNoArgs(sc_time_ns);
+    PyObject *start = fields[6] != Py_None ? Py_NewRef(fields[6]) : PyObject_CallNoArgs(sh_time_ns);
     /* tp_new, not tp_alloc: object.__new__ also lays out the instance's attributes as
      * every ScopeSpan's (CPython's shared keys); set on a bare object they made it a dict. */
-    PyTypeObject *type = (PyTypeObject *)sc_scope_span;
+    PyTypeObject *type = (PyTypeObject *)sh_scope_span;
     PyObject *span = start == NULL ? NULL : type->tp_new(type, sc_no_arguments, NULL);
     if (span == NULL) {
         Py_DECREF(span_id);
@@ -1165,13 +1165,13 @@ new_scope_span(PyObject *const *fields)
 static int
 end_scope_span(PyObject *span, PyObject *end_ns)
 {
-    if ((PyObject *)Py_TYPE(span) != sc_scope_span) { /* an SDK span (the pure twin's) */
+    if ((PyObject *)Py_TYPE(span) != sh_scope_span) { /* an SDK span (the pure twin's) */
         PyObject *ended = end_ns == Py_None ? PyObject_CallMethodNoArgs(span, str_end)
                                             : PyObject_CallMethodOneArg(span, str_end, end_ns);
         Py_XDECREF(ended);
         return ended == NULL ? -1 : 0;
     }
-    PyObject *stamp = end_ns != Py_None ? Py_NewRef(end_ns) : PyObject_CallNoArgs(sc_time_ns);
+    PyObject *stamp = end_ns != Py_None ? Py_NewRef(end_ns) : PyObject_CallNoArgs(sh_time_ns);
     if (stamp == NULL) {
         return -1;
     }
@@ -1222,16 +1222,16 @@ scope_enter_fast(PyObject *self)
     PyObject *name = SLOT(self, at_scope_name);
     PyObject *start_ns = SLOT(self, at_scope_start);
     if (attributes == NULL || !PyDict_CheckExact(attributes) || name == NULL || start_ns == NULL
-        || PyList_GET_SIZE(sc_pending) > 0 || PyList_GET_SIZE(sc_open) > 0) {
+        || PyList_GET_SIZE(sh_pending) > 0 || PyList_GET_SIZE(sh_open) > 0) {
         return NULL;
     }
-    PyObject *rec = recording(sc_recorder);
+    PyObject *rec = recording(sh_recorder);
     if (rec == NULL) {
         return NULL;
     }
     PyObject *previous = NULL, *parent = NULL, *parent_context = NULL, *lean = NULL;
     PyObject *span = NULL, *context = NULL, *token = NULL, *result = NULL;
-    if (PyContextVar_Get(sc_context_var, NULL, &previous) < 0 || previous == NULL
+    if (PyContextVar_Get(sh_context_var, NULL, &previous) < 0 || previous == NULL
         || !PyDict_Check(previous)) {
         goto other;
     }
@@ -1243,9 +1243,9 @@ scope_enter_fast(PyObject *self)
     if (depth < 0 || depth >= sc_max_depth || PyErr_Occurred()) {
         goto other;
     }
-    PyObject *current = PyDict_GetItemWithError(previous, sc_span_key); /* borrowed */
-    if (current != NULL && current != Py_None && PyList_GET_SIZE(sc_completed) > 0
-        && PyList_GET_ITEM(sc_completed, 0) == current) {
+    PyObject *current = PyDict_GetItemWithError(previous, sh_span_key); /* borrowed */
+    if (current != NULL && current != Py_None && PyList_GET_SIZE(sh_completed) > 0
+        && PyList_GET_ITEM(sh_completed, 0) == current) {
         goto other; /* perhaps after the training loop: the pure twin asks */
     }
     if (current == NULL || current == Py_None) { /* at the top level: under cirron.session */
@@ -1256,7 +1256,7 @@ scope_enter_fast(PyObject *self)
         parent = Py_NewRef(current);
         parent_context = Py_NewRef(previous);
     }
-    if (parent == NULL || parent_context == NULL || (PyObject *)Py_TYPE(parent) != sc_scope_span) {
+    if (parent == NULL || parent_context == NULL || (PyObject *)Py_TYPE(parent) != sh_scope_span) {
         goto other;
     }
     PyObject *end_time = PyObject_GenericGetAttr(parent, str_end_time);
@@ -1284,7 +1284,7 @@ scope_enter_fast(PyObject *self)
     }
     context = PyObject_CallNoArgs(sc_context);
     if (context == NULL || PyDict_Update(context, previous) < 0
-        || PyDict_SetItem(context, sc_span_key, span) < 0) {
+        || PyDict_SetItem(context, sh_span_key, span) < 0) {
         goto failed;
     }
     PyObject *deeper = PyLong_FromSsize_t(depth + 1);
@@ -1293,7 +1293,7 @@ scope_enter_fast(PyObject *self)
         goto failed;
     }
     Py_DECREF(deeper);
-    token = PyContextVar_Set(sc_context_var, context);
+    token = PyContextVar_Set(sh_context_var, context);
     if (token == NULL) {
         goto failed;
     }
@@ -1344,14 +1344,14 @@ scope_exit_fast(PyObject *self, PyObject *error)
         goto done;
     }
     PyObject *context = NULL;
-    if (PyContextVar_Get(sc_context_var, NULL, &context) < 0) {
+    if (PyContextVar_Get(sh_context_var, NULL, &context) < 0) {
         goto done;
     }
     PyObject *current = context != NULL && PyDict_Check(context)
-                            ? PyDict_GetItemWithError(context, sc_span_key) : NULL;
+                            ? PyDict_GetItemWithError(context, sh_span_key) : NULL;
     Py_XDECREF(context);
     if (current == span) { /* ended where it began, on top of the context */
-        if (PyContextVar_Reset(sc_context_var, PyTuple_GET_ITEM(opened, 1)) == 0) {
+        if (PyContextVar_Reset(sh_context_var, PyTuple_GET_ITEM(opened, 1)) == 0) {
             result = 1;
             goto done;
         }
@@ -1381,9 +1381,9 @@ done:
  * is behind) goes to the pure _enqueue, which may wait for room.
  * ------------------------------------------------------------------------------------- */
 
-static PyObject *str_stopped, *str_started_count, *str_ended_count, *str_open_spans, *str_sinks,
-    *str_ring, *str_capacity, *str_wake_at, *str_wakeup, *str_is_set, *str_set, *str_enqueue,
-    *str_store, *str_ended_deque, *str_evictions;
+static PyObject *str_deferred, *str_stopped, *str_started_count, *str_ended_count,
+    *str_open_spans, *str_sinks, *str_ring, *str_capacity, *str_wake_at, *str_wakeup,
+    *str_is_set, *str_set, *str_enqueue, *str_store, *str_ended_deque, *str_evictions;
 
 enum { P_STARTED, P_ENDED, P_OPEN, P_SINKS, P_RING, P_WAKEUP, P_STORE, P_ENDED_DEQUE,
        P_EVICTIONS, P_FIELDS };
@@ -1521,7 +1521,7 @@ span_id_of(PyObject *span)
 static int
 processor_on_start(PyObject *processor, PyObject *span)
 {
-    if ((PyObject *)Py_TYPE(span) != sc_scope_span) {
+    if ((PyObject *)Py_TYPE(span) != sh_scope_span) {
         return 0;
     }
     int off = stopped(processor);
@@ -1574,11 +1574,43 @@ into_ring(PyObject *processor, PyObject *span)
     return result;
 }
 
+/* An ended span of cirron's, and its list of events, out of the garbage collector's sight.
+ * Nothing an ended span holds refers back to it (its parent, its tracer's state, plain values,
+ * events; its parent never refers to it), so no cycle runs through it and freeing it is
+ * reference counting's. Tracked, each span the store keeps (its last 10,000) would be walked
+ * by every young collection until it reached the oldest generation, and bring the next full
+ * collection nearer, which in a torch process walks every object torch made. A span with an
+ * attribute still to resolve (GPU time) stays tracked: what resolves it is not ours to know.
+ * 0, or -1 with an error. */
+static int
+untrack_ended(PyObject *span)
+{
+    PyObject *deferred = PyObject_GenericGetAttr(span, str_deferred);
+    if (deferred == NULL) {
+        return -1;
+    }
+    int later = deferred != Py_None;
+    Py_DECREF(deferred);
+    if (later) {
+        return 0;
+    }
+    PyObject *events = PyObject_GenericGetAttr(span, str_events);
+    if (events == NULL) {
+        return -1;
+    }
+    if (PyList_CheckExact(events)) {
+        PyObject_GC_UnTrack(events);
+    }
+    Py_DECREF(events);
+    PyObject_GC_UnTrack(span);
+    return 0;
+}
+
 /* on_end(span): 1 done, 0 the pure method's, -1 an error. */
 static int
 processor_on_end(PyObject *processor, PyObject *span)
 {
-    if ((PyObject *)Py_TYPE(span) != sc_scope_span) {
+    if ((PyObject *)Py_TYPE(span) != sh_scope_span) {
         return 0;
     }
     int off = stopped(processor);
@@ -1618,7 +1650,7 @@ processor_on_end(PyObject *processor, PyObject *span)
     }
     PyObject *appended = PyObject_CallMethodOneArg(ended, str_append, span);
     Py_XDECREF(appended);
-    return appended == NULL ? -1 : 1;
+    return appended == NULL || untrack_ended(span) < 0 ? -1 : 1;
 }
 
 static PyObject *
@@ -1626,7 +1658,7 @@ twin_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
 {
     TwinObject *self = (TwinObject *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (sc_recorder != NULL && self->which >= PROCESSOR_ON_START) {
+    if (scopes_configured() && self->which >= PROCESSOR_ON_START) {
         int done = 0;
         if (kwnames == NULL && self->which == PROCESSOR_ON_START && (nargs == 2 || nargs == 3)) {
             done = processor_on_start(args[0], args[1]);
@@ -1641,7 +1673,7 @@ twin_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObje
             Py_RETURN_NONE;
         }
     }
-    else if (sc_recorder != NULL) {
+    else if (scopes_configured()) {
         if (self->which == SCOPE_NEW) {
             PyObject *scope = scope_new_fast(args, nargs, kwnames);
             if (scope != NULL || PyErr_Occurred()) {
@@ -1725,7 +1757,6 @@ twin_get(PyObject *self, PyObject *instance, PyObject *owner)
     return PyMethod_New(self, instance);
 }
 
-
 static PyTypeObject TwinType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cirron.recording._hot.Twin",
@@ -1750,7 +1781,7 @@ context_with(PyObject *context, PyObject *span)
 {
     PyObject *made = PyObject_CallNoArgs(sc_context);
     if (made != NULL
-        && (PyDict_Update(made, context) < 0 || PyDict_SetItem(made, sc_span_key, span) < 0)) {
+        && (PyDict_Update(made, context) < 0 || PyDict_SetItem(made, sh_span_key, span) < 0)) {
         Py_CLEAR(made);
     }
     return made;
@@ -1760,7 +1791,7 @@ context_with(PyObject *context, PyObject *span)
 static int
 open_lean(PyObject *span)
 {
-    if (span == NULL || (PyObject *)Py_TYPE(span) != sc_scope_span) {
+    if (span == NULL || (PyObject *)Py_TYPE(span) != sh_scope_span) {
         return 0;
     }
     PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
@@ -1778,13 +1809,13 @@ static PyObject *
 open_on_fast(PyObject *rec, PyObject *name, PyObject *attributes, PyObject *start_ns,
              PyObject *given)
 {
-    if (PyList_GET_SIZE(sc_open) > 0 || (given != Py_None && !open_lean(given))) {
+    if (PyList_GET_SIZE(sh_open) > 0 || (given != Py_None && !open_lean(given))) {
         return NULL;
     }
     PyObject *previous = NULL, *context = NULL, *parent = NULL, *parent_context = NULL;
     PyObject *lean = NULL, *span = NULL, *made = NULL, *token = NULL, *result = NULL;
     lean = PyObject_GetAttr(rec, str_lean);
-    if (lean == NULL || lean == Py_None || PyContextVar_Get(sc_context_var, NULL, &previous) < 0
+    if (lean == NULL || lean == Py_None || PyContextVar_Get(sh_context_var, NULL, &previous) < 0
         || previous == NULL || !PyDict_Check(previous)) {
         goto other;
     }
@@ -1792,7 +1823,7 @@ open_on_fast(PyObject *rec, PyObject *name, PyObject *attributes, PyObject *star
     if (context == NULL) {
         goto failed;
     }
-    PyObject *current = given != Py_None ? given : PyDict_GetItemWithError(context, sc_span_key);
+    PyObject *current = given != Py_None ? given : PyDict_GetItemWithError(context, sh_span_key);
     if (current == NULL || current == Py_None) { /* at the top level: under cirron.session */
         parent = PyObject_GetAttr(rec, str_session);
         parent_context = PyObject_GetAttr(rec, str_session_context);
@@ -1812,7 +1843,7 @@ open_on_fast(PyObject *rec, PyObject *name, PyObject *attributes, PyObject *star
     span = new_scope_span(fields);
     Py_DECREF(trace_id);
     if (span == NULL || (made = context_with(context, span)) == NULL
-        || (token = PyContextVar_Set(sc_context_var, made)) == NULL) {
+        || (token = PyContextVar_Set(sh_context_var, made)) == NULL) {
         goto failed;
     }
     result = PyTuple_Pack(3, span, token, previous);
@@ -1835,7 +1866,7 @@ failed:
 static PyObject *
 open_on(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (sc_recorder != NULL && kwnames == NULL && (nargs == 4 || nargs == 5)) {
+    if (scopes_configured() && kwnames == NULL && (nargs == 4 || nargs == 5)) {
         PyObject *opened = open_on_fast(args[0], args[1], args[2], args[3],
                                         nargs == 5 ? args[4] : Py_None);
         if (opened != NULL || PyErr_Occurred()) {
@@ -1855,24 +1886,24 @@ static int
 restore_on_top(PyObject *span, PyObject *opened)
 {
     PyObject *context = NULL;
-    if (PyContextVar_Get(sc_context_var, NULL, &context) < 0) {
+    if (PyContextVar_Get(sh_context_var, NULL, &context) < 0) {
         return -1;
     }
     PyObject *current = context != NULL && PyDict_Check(context)
-                            ? PyDict_GetItemWithError(context, sc_span_key) : NULL;
+                            ? PyDict_GetItemWithError(context, sh_span_key) : NULL;
     Py_XDECREF(context);
     if (current != span) {
         PyErr_Clear();
         return 0;
     }
-    if (PyContextVar_Reset(sc_context_var, PyTuple_GET_ITEM(opened, 1)) == 0) {
+    if (PyContextVar_Reset(sh_context_var, PyTuple_GET_ITEM(opened, 1)) == 0) {
         return 1;
     }
     if (!PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_RuntimeError)) {
         return -1;
     }
     PyErr_Clear(); /* another context (a generator moved), or reset twice: never another's */
-    PyObject *token = PyContextVar_Set(sc_context_var, PyTuple_GET_ITEM(opened, 2));
+    PyObject *token = PyContextVar_Set(sh_context_var, PyTuple_GET_ITEM(opened, 2));
     Py_XDECREF(token);
     return token == NULL ? -1 : 1;
 }
@@ -1884,7 +1915,7 @@ close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     PyObject *error = Py_None, *end_ns = Py_None;
-    int ours = sc_recorder != NULL && nargs >= 1 && nargs + nkw <= 3;
+    int ours = scopes_configured() && nargs >= 1 && nargs + nkw <= 3;
     for (Py_ssize_t i = 1; ours && i < nargs + nkw; i++) {
         PyObject *keyword = i < nargs ? NULL : PyTuple_GET_ITEM(kwnames, i - nargs);
         if (keyword == NULL ? i == 1 : PyUnicode_CompareWithASCIIString(keyword, "error") == 0) {
@@ -1924,28 +1955,19 @@ close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
 static PyObject *
 configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *f[16];
+    PyObject *f[8];
     Py_ssize_t max_depth;
-    static char *names[] = {"recorder", "pending", "open", "completed", "enclosing",
-                            "context_var", "span_key", "depth_key", "scope_span", "context",
-                            "restore", "scope", "random_bits", "time_ns", "open_on",
-                            "close_span", "max_depth", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!O!OOOO!O!OO!OOOOn", names, &f[0],
-                                     &PyList_Type, &f[1], &PyList_Type, &f[2], &PyList_Type,
-                                     &f[3], &PySet_Type, &f[4], &f[5], &f[6], &f[7],
-                                     &PyType_Type, &f[8], &PyType_Type, &f[9], &f[10],
-                                     &PyType_Type, &f[11], &f[12], &f[13], &f[14], &f[15],
-                                     &max_depth)) {
-        return NULL;
-    }
-    if (!PyContextVar_CheckExact(f[5])) {
-        PyErr_SetString(PyExc_TypeError, "context_var must be a contextvars.ContextVar");
+    static char *names[] = {"enclosing", "depth_key", "context", "restore", "scope",
+                            "random_bits", "open_on", "close_span", "max_depth", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$O!OO!OO!OOOn", names, &PySet_Type, &f[0],
+                                     &f[1], &PyType_Type, &f[2], &f[3], &PyType_Type, &f[4],
+                                     &f[5], &f[6], &f[7], &max_depth)) {
         return NULL;
     }
     Py_ssize_t offsets[5];
     const char *slots[5] = {"name", "attributes", "span", "start_ns", "_opened"};
     for (int i = 0; i < 5; i++) {
-        offsets[i] = slot_offset(f[11], slots[i]);
+        offsets[i] = slot_offset(f[4], slots[i]);
         if (offsets[i] < 0) {
             return NULL;
         }
@@ -1956,11 +1978,9 @@ configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
     if (sc_no_arguments == NULL && (sc_no_arguments = PyTuple_New(0)) == NULL) {
         return NULL;
     }
-    PyObject **kept[16] = {&sc_recorder, &sc_pending, &sc_open, &sc_completed, &sc_enclosing,
-                           &sc_context_var, &sc_span_key, &sc_depth_key, &sc_scope_span,
-                           &sc_context, &sc_restore, &sc_scope, &sc_random_bits, &sc_time_ns,
-                           &sc_open_on, &sc_close_span};
-    for (int i = 0; i < 16; i++) {
+    PyObject **kept[8] = {&sc_enclosing, &sc_depth_key, &sc_context, &sc_restore, &sc_scope,
+                          &sc_random_bits, &sc_open_on, &sc_close_span};
+    for (int i = 0; i < 8; i++) {
         Py_XSETREF(*kept[i], Py_NewRef(f[i]));
     }
     sc_max_depth = max_depth;
@@ -2159,21 +2179,204 @@ encoder_events(PyObject *module, PyObject *events)
     return joined(parts);
 }
 
+/* _Encoder._scope_span(encoder, span): one of cirron's spans as its OTLP/JSON object, on the
+ * common path: a span whose parent is none or cirron's, with no links, no status and no events
+ * dropped, and an id of 64 bits. Anything else is the pure method's, which writes the same text.
+ * What spans of one trace, name or parent share is kept in the encoder's caches, as the pure
+ * method keeps it (and its methods make what is not there yet). */
+static PyObject *en_scope_span_pure; /* _Encoder._scope_span (pure) */
+static PyObject *en_encoder_type;    /* _Encoder: its caches are slots */
+static PyObject *en_unset_status;    /* spans.UNSET_STATUS */
+static Py_ssize_t en_at_heads, en_at_names, en_at_parents;
+static PyObject *str_head_method, *str_name_method, *str_parent_method, *str_links,
+    *str_status, *str_dropped_events;
+static PyObject *txt_no_parent, *txt_end_time, *txt_attributes_member, *txt_local_flags;
+
+/* A field of ``span`` read as a plain attribute (its class's value when it has none). */
+static PyObject *
+field(PyObject *span, PyObject *name)
+{
+    return PyObject_GenericGetAttr(span, name);
+}
+
+/* cache.get(key) or encoder.method(argument): a new reference, NULL with an error. */
+static PyObject *
+cached(PyObject *encoder, Py_ssize_t at, PyObject *key, PyObject *method, PyObject *argument)
+{
+    PyObject *cache = SLOT(encoder, at);
+    if (cache == NULL || !PyDict_CheckExact(cache)) {
+        PyErr_SetString(PyExc_TypeError, "the encoder's caches are not as made");
+        return NULL;
+    }
+    PyObject *found = PyDict_GetItemWithError(cache, key); /* (texts, never empty) */
+    if (found != NULL) {
+        return Py_NewRef(found);
+    }
+    return PyErr_Occurred() ? NULL : PyObject_CallMethodOneArg(encoder, method, argument);
+}
+
+/* The decimal text of an int (a time), as str() writes it. */
+static PyObject *
+decimal(PyObject *number)
+{
+    if (PyLong_CheckExact(number)) {
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(number, &overflow);
+        if (!overflow && value >= 0) { /* (snprintf costs more than the rest of a span) */
+            char text[24];
+            char *digit = text + sizeof(text);
+            do {
+                *--digit = (char)('0' + value % 10);
+                value /= 10;
+            } while (value);
+            return PyUnicode_FromStringAndSize(digit, text + sizeof(text) - digit);
+        }
+    }
+    return PyObject_Str(number);
+}
+
+/* The text of the common span into ``parts``: 1, 0 (not the common span: nothing added), -1. */
+static int
+add_scope_span(PyObject *parts, PyObject *encoder, PyObject *span)
+{
+    PyObject *links = field(span, str_links), *status = field(span, str_status),
+             *dropped = field(span, str_dropped_events), *parent = field(span, str_parent_span),
+             *span_id = field(span, str_span_id);
+    int result = -1;
+    if (links == NULL || status == NULL || dropped == NULL || parent == NULL || span_id == NULL) {
+        goto done;
+    }
+    int plain = PyObject_IsTrue(links) == 0 && status == en_unset_status
+                && PyObject_IsTrue(dropped) == 0 && PyLong_CheckExact(span_id)
+                && (parent == Py_None || (PyObject *)Py_TYPE(parent) == sh_scope_span);
+    unsigned long long id = plain ? PyLong_AsUnsignedLongLong(span_id) : 0;
+    if (PyErr_Occurred()) {
+        PyErr_Clear(); /* not an id of 64 bits, or an error read above: the pure method's */
+        plain = 0;
+    }
+    if (!plain) {
+        result = 0;
+        goto done;
+    }
+    PyObject *trace_id = field(span, str_trace_id);
+    PyObject *head = trace_id == NULL ? NULL
+                     : cached(encoder, en_at_heads, trace_id, str_head_method, span);
+    Py_XDECREF(trace_id);
+    if (head == NULL) {
+        goto done;
+    }
+    if (!PyTuple_CheckExact(head) || PyTuple_GET_SIZE(head) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a trace's head is not as made");
+        Py_DECREF(head);
+        goto done;
+    }
+    char hex[16];
+    for (int i = 15; i >= 0; i--, id >>= 4) {
+        hex[i] = "0123456789abcdef"[id & 15];
+    }
+    int failed = PyList_Append(parts, PyTuple_GET_ITEM(head, 0)) < 0
+                 || add_part(parts, PyUnicode_FromStringAndSize(hex, 16)) < 0;
+    if (!failed && parent == Py_None) {
+        failed = PyList_Append(parts, txt_no_parent) < 0;
+    }
+    else if (!failed) {
+        PyObject *parent_id = field(parent, str_span_id);
+        failed = parent_id == NULL
+                 || add_part(parts, cached(encoder, en_at_parents, parent_id, str_parent_method,
+                                           parent_id)) < 0;
+        Py_XDECREF(parent_id);
+    }
+    failed = failed || PyList_Append(parts, PyTuple_GET_ITEM(head, 1)) < 0;
+    Py_DECREF(head);
+    if (failed) {
+        goto done;
+    }
+    PyObject *name = field(span, str_name_field);
+    failed = name == NULL
+             || add_part(parts, cached(encoder, en_at_names, name, str_name_method, name)) < 0;
+    Py_XDECREF(name);
+    PyObject *start = failed ? NULL : field(span, str_start_time);
+    failed = start == NULL || add_part(parts, decimal(start)) < 0
+             || PyList_Append(parts, txt_end_time) < 0;
+    Py_XDECREF(start);
+    PyObject *end = failed ? NULL : field(span, str_end_time);
+    failed = end == NULL || add_part(parts, decimal(end)) < 0
+             || PyList_Append(parts, txt_attributes_member) < 0;
+    Py_XDECREF(end);
+    if (failed) {
+        goto done;
+    }
+    PyObject *attributes = field(span, str_attributes_field);
+    int some = attributes == NULL ? -1 : PyObject_IsTrue(attributes);
+    if (some < 0) {
+        failed = 1;
+    }
+    else if (!some) {
+        failed = PyList_Append(parts, txt_no_attributes) < 0;
+    }
+    else if (PyDict_CheckExact(attributes)) {
+        failed = add_key_values(parts, attributes) < 0;
+    }
+    else { /* a mapping of another kind: the pure function */
+        failed = add_part(parts, PyObject_CallOneArg(en_key_values, attributes)) < 0;
+    }
+    Py_XDECREF(attributes);
+    failed = failed || PyList_Append(parts, txt_local_flags) < 0;
+    PyObject *events = failed ? NULL : field(span, str_events);
+    some = events == NULL ? -1 : PyObject_IsTrue(events);
+    failed = some < 0 || (some && add_part(parts, encoder_events(NULL, events)) < 0)
+             || PyList_Append(parts, txt_close) < 0;
+    Py_XDECREF(events);
+    result = failed ? -1 : 1;
+done:
+    Py_XDECREF(links);
+    Py_XDECREF(status);
+    Py_XDECREF(dropped);
+    Py_XDECREF(parent);
+    Py_XDECREF(span_id);
+    return result;
+}
+
+static PyObject *
+encoder_scope_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (en_scope_span_pure == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled encoder is not configured");
+        return NULL;
+    }
+    if (nargs != 2 || sh_scope_span == NULL || (PyObject *)Py_TYPE(args[0]) != en_encoder_type
+        || (PyObject *)Py_TYPE(args[1]) != sh_scope_span) {
+        return PyObject_Vectorcall(en_scope_span_pure, args, nargs, NULL);
+    }
+    PyObject *parts = PyList_New(0);
+    int done = parts == NULL ? -1 : add_scope_span(parts, args[0], args[1]);
+    if (done <= 0) {
+        Py_XDECREF(parts);
+        return done < 0 ? NULL : PyObject_Vectorcall(en_scope_span_pure, args, nargs, NULL);
+    }
+    return joined(parts);
+}
+
 static PyObject *
 configure_encoder(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *f[8];
+    PyObject *f[12];
     static char *names[] = {"quote", "key_texts", "key_text", "any_value", "key_values",
-                            "events", "mark_event", "non_finite", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!OOOOO!O!", names, &f[0], &PyDict_Type,
-                                     &f[1], &f[2], &f[3], &f[4], &f[5], &PyType_Type, &f[6],
-                                     &PyDict_Type, &f[7])) {
+                            "events", "mark_event", "non_finite", "scope_span", "encoder",
+                            "unset_status", "local_flags", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!OOOOO!O!OO!OU", names, &f[0],
+                                     &PyDict_Type, &f[1], &f[2], &f[3], &f[4], &f[5],
+                                     &PyType_Type, &f[6], &PyDict_Type, &f[7], &f[8],
+                                     &PyType_Type, &f[9], &f[10], &f[11])) {
         return NULL;
     }
     Py_ssize_t at_name = slot_offset(f[6], "_name");
     Py_ssize_t at_attributes = at_name < 0 ? -1 : slot_offset(f[6], "_attributes");
     Py_ssize_t at_timestamp = at_attributes < 0 ? -1 : slot_offset(f[6], "_timestamp");
-    if (at_timestamp < 0) {
+    Py_ssize_t at_heads = at_timestamp < 0 ? -1 : slot_offset(f[9], "_heads");
+    Py_ssize_t at_names = at_heads < 0 ? -1 : slot_offset(f[9], "_names");
+    Py_ssize_t at_parents = at_names < 0 ? -1 : slot_offset(f[9], "_parents");
+    if (at_parents < 0) {
         return NULL;
     }
     struct {
@@ -2186,35 +2389,42 @@ configure_encoder(PyObject *module, PyObject *args, PyObject *kwargs)
         {&txt_close, "}"}, {&txt_open_list, "["}, {&txt_close_list, "]"}, {&txt_comma, ","},
         {&txt_no_attributes, "[]"}, {&txt_events, ",\"events\":["},
         {&txt_time, "{\"timeUnixNano\":\""}, {&txt_name, "\",\"name\":"},
-        {&txt_attributes, ",\"attributes\":"},
+        {&txt_attributes, ",\"attributes\":"}, {&txt_no_parent, "\""},
+        {&txt_end_time, "\",\"endTimeUnixNano\":\""}, {&txt_attributes_member, "\",\"attributes\":"},
     };
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
         if (*texts[i].text == NULL && (*texts[i].text = PyUnicode_InternFromString(texts[i].value)) == NULL) {
             return NULL;
         }
     }
-    PyObject **kept[8] = {&en_quote, &en_key_texts, &en_key_text, &en_any_value, &en_key_values,
-                          &en_events, &en_mark_event, &en_non_finite};
-    for (int i = 0; i < 8; i++) {
+    PyObject **kept[12] = {&en_quote, &en_key_texts, &en_key_text, &en_any_value,
+                           &en_key_values, &en_events, &en_mark_event, &en_non_finite,
+                           &en_scope_span_pure, &en_encoder_type, &en_unset_status,
+                           &txt_local_flags};
+    for (int i = 0; i < 12; i++) {
         Py_XSETREF(*kept[i], Py_NewRef(f[i]));
     }
     en_at_name = at_name;
     en_at_attributes = at_attributes;
     en_at_timestamp = at_timestamp;
+    en_at_heads = at_heads;
+    en_at_names = at_names;
+    en_at_parents = at_parents;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef hot_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(*, recorder, pending, open, completed, context_var, span_key, scope_span, "
+     "time_ns): what the hook spans, the scopes and the mark all work with."},
     {"configure_hook_spans", (PyCFunction)(void (*)(void))configure_hook_spans,
      METH_VARARGS | METH_KEYWORDS,
-     "configure_hook_spans(*, recorder, open, context_var, span_key, scope_span, build_here, "
-     "open_on, end_built, end_pure, finished_now, time_ns, wake_at): what the hook spans work "
-     "with."},
+     "configure_hook_spans(*, build_here, open_on, end_built, end_pure, finished_now, wake_at): "
+     "what the hook spans work with, besides what configure gave."},
     {"configure_scopes", (PyCFunction)(void (*)(void))configure_scopes,
      METH_VARARGS | METH_KEYWORDS,
-     "configure_scopes(*, recorder, pending, open, completed, enclosing, context_var, span_key, "
-     "depth_key, scope_span, context, restore, scope, random_bits, time_ns, open_on, close_span, "
-     "max_depth): what the scopes work with."},
+     "configure_scopes(*, enclosing, depth_key, context, restore, scope, random_bits, open_on, "
+     "close_span, max_depth): what the scopes work with, besides what configure gave."},
     {"open_on", (PyCFunction)(void (*)(void))open_on, METH_FASTCALL | METH_KEYWORDS,
      "open_on(rec, name, attributes, start_ns, parent=None): cirron.recording.scopes.open_on, "
      "compiled."},
@@ -2224,7 +2434,10 @@ static PyMethodDef hot_methods[] = {
     {"configure_encoder", (PyCFunction)(void (*)(void))configure_encoder,
      METH_VARARGS | METH_KEYWORDS,
      "configure_encoder(*, quote, key_texts, key_text, any_value, key_values, events, "
-     "mark_event, non_finite): what the spool's encoder works with."},
+     "mark_event, non_finite, scope_span, encoder, unset_status, local_flags): what the "
+     "spool's encoder works with."},
+    {"scope_span", (PyCFunction)(void (*)(void))encoder_scope_span, METH_FASTCALL,
+     "scope_span(encoder, span): cirron.exporters.otlp_json._Encoder._scope_span, compiled."},
     {"key_values", (PyCFunction)encoder_key_values, METH_O,
      "key_values(attributes): cirron.exporters.otlp_json.key_values, compiled."},
     {"events", (PyCFunction)encoder_events, METH_O,
@@ -2280,7 +2493,9 @@ PyInit__hot(void)
         {&str_ring, "_ring"}, {&str_capacity, "capacity"}, {&str_wake_at, "_wake_at"},
         {&str_wakeup, "_wakeup"}, {&str_is_set, "is_set"}, {&str_set, "set"},
         {&str_enqueue, "_enqueue"}, {&str_store, "store"}, {&str_ended_deque, "ended_deque"},
-        {&str_evictions, "evictions"},
+        {&str_evictions, "evictions"}, {&str_deferred, "_deferred"},
+        {&str_head_method, "_head"}, {&str_name_method, "_name"}, {&str_parent_method, "_parent"},
+        {&str_links, "_links"}, {&str_status, "_status"}, {&str_dropped_events, "_dropped_events"},
     };
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {
         *interned[i].name = PyUnicode_InternFromString(interned[i].text);

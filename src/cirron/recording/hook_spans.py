@@ -227,7 +227,9 @@ def _finished(
         ScopeSpan.finished(name, parent, attributes, context, start_ns, end_ns, deferred)
         return
     noted.append((name, parent, attributes, context, start_ns, end_ns, deferred))
-    if len(noted) >= NOTED_WAKE_AT:
+    # Once every NOTED_WAKE_AT, not at each one past it: while the flush thread waits for the
+    # interpreter (a busy machine), every hook span would wake it again, taking its lock.
+    if len(noted) % NOTED_WAKE_AT == 0:
         processor.noted_many()  # type: ignore[union-attr]
 
 
@@ -293,18 +295,12 @@ def _forget_in_child() -> None:
 # The pure-Python twins, the reference (tests compare the compiled ones with them).
 PURE_TWINS = {"begin": begin, "end": end, "_finished": _finished}
 if hot.compiled is not None:  # the compiled twins, handed what they work with
-    hot.compiled.configure_hook_spans(
-        recorder=recorder,
-        open=_open,
-        context_var=_context_var,
-        span_key=SPAN_KEY,
-        scope_span=ScopeSpan,
+    hot.compiled.configure_hook_spans(  # (the rest it works with: hot.py's configure)
         build_here=build_here,
         open_on=open_on,
         end_built=_end_built,
         end_pure=end,  # a hook span of the pure twin's (a test that mixes them)
         finished_now=ScopeSpan.finished,
-        time_ns=_time_ns,
         wake_at=NOTED_WAKE_AT,
     )
     begin, end, _finished = hot.compiled.begin, hot.compiled.end, hot.compiled.finished  # noqa: F811

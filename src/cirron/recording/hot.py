@@ -7,9 +7,11 @@ carries it built). It holds only what runs for every module call of a model
 and end), and for the API's commonest calls: ``ci.scope`` and ``ci.mark``, the
 opening and closing of a step, an epoch or a batch (``scopes.open_on`` and
 ``close_span``), the span processor's ``on_start``/``on_end`` for cirron's
-spans, and the spool encoder's attributes and marks (``otlp_json.key_values``
-and ``_events``). Each handles the common case only and hands anything else to its
-pure-Python twin (:func:`cirron.instrumentors.torch_modules.make_module_call`,
+spans (whose ``on_end`` also takes an ended span out of the garbage collector's
+sight: nothing it holds refers back to it), and the spool encoder's spans,
+attributes and marks (``otlp_json.scope_span``, ``key_values`` and ``_events``).
+Each handles the common case only and hands anything else to its pure-Python
+twin (:func:`cirron.instrumentors.torch_modules.make_module_call`,
 :mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`,
 ``PURE_TWINS`` in :mod:`cirron.recording.scopes` and in
 :mod:`cirron.exporters.otlp_json`, ``PURE_MARK`` in :mod:`cirron.recording.marks`):
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 from ..config import flag_text
@@ -53,7 +56,22 @@ def _load() -> tuple[Any, str]:
 
 
 compiled, hot_path = _load()
-if compiled is not None:  # the spool's encoder, in a package below this one, writes with it too
+if compiled is not None:
     from ..exporters import otlp_json
+    from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
+    from . import recorder, training_state
 
+    # What every compiled twin reads (the hook spans, the scopes, the mark), given once: each
+    # module that installs twins hands over only what is its own.
+    compiled.configure(
+        recorder=recorder,
+        pending=training_state.pending_fetches,
+        open=training_state.open_hook_spans,
+        completed=training_state.completed,
+        context_var=context_variable(),
+        span_key=SPAN_KEY,
+        scope_span=ScopeSpan,
+        time_ns=time.time_ns,
+    )
+    # The spool's encoder, in a package below this one, writes with it too.
     otlp_json.use_compiled(compiled)

@@ -186,16 +186,6 @@ def _mark_dropped(rec: Recorder, span: Span) -> None:
 # everything else handed to the pure ``mark`` above, which checks it all again.
 PURE_MARK = mark
 if hot.compiled is not None:
-    mark = hot.compiled.Mark(  # noqa: F811
-        pure=PURE_MARK,
-        recorder=recorder,
-        pending=_pending_fetches,
-        open=_open_hook_spans,
-        completed=_completed,
-        context_var=_context_var,
-        span_key=SPAN_KEY,
-        scope_span=ScopeSpan,
-        event=MarkEvent,
-        value_key=semconv.MARK_VALUE,
-        time_ns=_time_ns,
-    )
+    # (the rest it works with, the recorder, the training state's lists, the OTel context:
+    # hot.py's configure)
+    mark = hot.compiled.Mark(pure=PURE_MARK, event=MarkEvent, value_key=semconv.MARK_VALUE)  # noqa: F811

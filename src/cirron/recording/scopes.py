@@ -375,21 +375,13 @@ PURE_TWINS = {
     "on_end": RingBufferSpanProcessor.on_end,
 }
 if hot.compiled is not None:
-    hot.compiled.configure_scopes(
-        recorder=recorder,
-        pending=_pending_fetches,
-        open=_open_hook_spans,
-        completed=_completed,
+    hot.compiled.configure_scopes(  # (the rest it works with: hot.py's configure)
         enclosing=_enclosing,
-        context_var=_context_var,
-        span_key=SPAN_KEY,
         depth_key=_DEPTH_KEY,
-        scope_span=ScopeSpan,
         context=Context,
         restore=_restore,
         scope=Scope,
         random_bits=ids.random_bits,
-        time_ns=_time_ns,
         open_on=open_on,
         close_span=close_span,
         max_depth=MAX_SCOPE_DEPTH,
