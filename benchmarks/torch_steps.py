@@ -296,12 +296,35 @@ def background(steps: int) -> dict[str, float]:
     ci.profile(frameworks=["torch"])
     case(20)  # warm: the instruments are made, the first files written
     ci.flush()
+    before = _threads_cpu()
     process, thread = time.process_time_ns(), time.thread_time_ns()
     case(steps)
     ci.flush()
     others = (time.process_time_ns() - process) - (time.thread_time_ns() - thread)
+    after = _threads_cpu()
     ci.shutdown()
-    return {"ns": others / steps}
+    split = {name: (after.get(name, 0) - before.get(name, 0)) / steps for name in SINK_THREADS}
+    return {"ns": others / steps, **split}
+
+
+# cirron's threads whose CPU per step the MLP rows name, each with the work it does.
+SINK_THREADS = {
+    "cirron-sink-metrics": "the metrics sink (step figures, marks, ci.metrics() rows)",
+    "cirron-sink-spool": "the spool sink (encoding, gzip, step rows, index)",
+    "cirron-flush": "the flush thread (building hook spans, handing out batches)",
+}
+
+
+def _threads_cpu() -> dict[str, int]:
+    """The CPU nanoseconds of each of cirron's threads named in :data:`SINK_THREADS`."""
+    import threading
+
+    found = {}
+    for thread in threading.enumerate():
+        if thread.name in SINK_THREADS and thread.ident is not None:
+            clock = time.pthread_getcpuclockid(thread.ident)
+            found[thread.name] = time.clock_gettime_ns(clock)
+    return found
 
 
 def collector(steps: int, profiled: bool) -> dict[str, float]:
@@ -508,12 +531,13 @@ def run(quick: bool = False) -> list[Row]:
         counted: dict[str, float | None] = {}
     else:
         counted = instructions(300)
-    off_thread = [
+    background_runs = [
         reference.run_snippet(
             reference.call_snippet("torch_steps", "background", steps=200 if quick else 2000)
-        )["ns"]
+        )
         for _ in range(1 if quick else 3)
     ]
+    off_thread = [run["ns"] for run in background_runs]
 
     # Long enough for full passes to come due (a few a 10,000 steps before the rows held for
     # ci.metrics() stopped being tracked); the median per step hides the collector's pauses.
@@ -603,6 +627,15 @@ def run(quick: bool = False) -> list[Row]:
             spread=half_iqr(off_thread),
             note="off the training thread (building hook spans, the spool, the metrics, the "
             "sampler), default settings, until ci.flush() returned; median of processes",
+        ),
+        *(
+            Row(
+                f"    of which {thread}",
+                statistics.median(run[thread] for run in background_runs),
+                unit="us",
+                note=f"{thread}: {work}",
+            )
+            for thread, work in SINK_THREADS.items()
         ),
         Row(
             "  MLP: the garbage collector per step",

@@ -55,9 +55,12 @@ _MAX_PENDING = 10_000  # parents with part spans waiting for them; past it the o
 # Part spans waiting under one parent past which those of one name are summed (merged).
 _MAX_PARTS = 256
 # Attributes shared by every value that has them (ci.metrics() keeps a reference per value).
-_PART_ATTRIBUTES = {part: {semconv.STEP_PART: part} for part in (*semconv.STEP_PARTS, OTHER)}
+_TOTALS = (*semconv.STEP_PARTS, OTHER)
+_PART_ATTRIBUTES = {part: {semconv.STEP_PART: part} for part in _TOTALS}
+_PARTS = frozenset(semconv.STEP_PARTS)
 _NO_ATTRIBUTES: dict[str, Any] = {}
 _NO_PARTS: list[Part] = []  # never changed: a span with no part spans inside
+_STEP = semconv.STEP
 # Per-step attribute -> (instrument, scale to its unit).
 STEP_FIGURES = {
     semconv.CPU_NS: (semconv.STEP_CPU_TIME, 1e-9),
@@ -78,11 +81,15 @@ class Part(NamedTuple):
 def step_parts(parts: list[Part], wall_ns: int, data_load_ns: Any = None) -> dict[str, int]:
     """Nanoseconds of a step in each part and in ``other``; a part nested in a part of
     another name is that part's time, not its parent's too (:mod:`cirron.offline.steps`)."""
-    totals = dict.fromkeys((*semconv.STEP_PARTS, OTHER), 0)
-    _walk(parts, None, totals)
-    if isinstance(data_load_ns, int) and not isinstance(data_load_ns, bool):
+    totals = dict.fromkeys(_TOTALS, 0)
+    for node in parts:  # _walk(parts, None, totals), a part with nothing inside it inline
+        if node.inside:
+            _walk((node,), None, totals)
+        else:  # (a step's forward, backward, ...: the common case, for every step of a run)
+            totals[node.name] += node.duration_ns
+    if type(data_load_ns) is int:
         totals[semconv.DATA_LOAD] += data_load_ns  # a ci.batches batch's wait for its loader
-    totals[OTHER] = max(wall_ns - sum(totals[part] for part in semconv.STEP_PARTS), 0)
+    totals[OTHER] = max(wall_ns - sum(totals.values()), 0)  # (OTHER is 0 until now)
     return totals
 
 
@@ -98,7 +105,7 @@ def merged(parts: list[Part]) -> list[Part]:
     return [Part(name, duration, merged(inside)) for name, (duration, inside) in by_name.items()]
 
 
-def _walk(nodes: list[Part], current: str | None, totals: dict[str, int]) -> None:
+def _walk(nodes: Sequence[Part], current: str | None, totals: dict[str, int]) -> None:
     """:func:`step_parts`' sum over a tree of parts. A function of the module, not a closure
     inside it: a closure that calls itself is a reference cycle, left to the garbage
     collector once a step (three objects a step that bring its passes sooner)."""
@@ -241,6 +248,24 @@ class SpanMetrics(SpanExporter):
         parts = self._parts
         for end, name, span_id, parent_id, duration, span in held:
             try:
+                if name in _PARTS:  # most spans of a run: _ended's part case, inline
+                    part = Part(name, duration, parts.pop(span_id, _NO_PARTS))
+                    if parent_id is None:
+                        continue
+                    waiting = parts.get(parent_id)
+                    if waiting is None:
+                        parts[parent_id] = [part]
+                        if len(parts) > _MAX_PENDING:
+                            parts.popitem(last=False)
+                    else:
+                        waiting.append(part)
+                        if len(waiting) > _MAX_PARTS:
+                            parts[parent_id] = merged(waiting)
+                    continue
+                if name == _STEP:  # _ended's step case, inline
+                    self._seen_step = True
+                    self._step(span, duration, end, parts.pop(span_id, _NO_PARTS))
+                    continue
                 if name in _DERIVED:
                     # (only a step's, a batch's and an epoch's attributes are read)
                     attributes = (
@@ -260,7 +285,7 @@ class SpanMetrics(SpanExporter):
         inside = self._parts.pop(ended.span_id, _NO_PARTS)
         if name == semconv.STEP or (name == semconv.BATCH and not self._seen_step):
             self._seen_step = self._seen_step or name == semconv.STEP
-            self._step(ended, inside)
+            self._step(ended.span, ended.duration_ns, ended.end_ns, inside)
         elif name in semconv.STEP_PARTS:
             self._pass_up(ended.parent_id, [Part(name, ended.duration_ns, inside)])
         elif name == semconv.EPOCH:
@@ -278,11 +303,12 @@ class SpanMetrics(SpanExporter):
         if len(self._parts) > _MAX_PENDING:
             self._parts.popitem(last=False)
 
-    def _step(self, ended: Ended, inside: list[Part]) -> None:
+    def _step(self, step: ReadableSpan | None, wall: int, end: int, inside: list[Part]) -> None:
+        """The figures of a step (or of a batch, in a run with no steps) that took ``wall``
+        ns and ended at ``end``, with ``inside`` its part spans."""
         record, add = self.instruments.record, self.instruments.add
-        attributes = ended.attributes
-        wall, end = ended.duration_ns, ended.end_ns
-        span = ended.context
+        attributes = (step.attributes if step is not None else None) or _NO_ATTRIBUTES
+        span = step.get_span_context() if step is not None else None
         context = span_context_of(span)
         record(semconv.STEP_DURATION, wall / 1e9, _NO_ATTRIBUTES, end, span, context)
         by_part = step_parts(inside, wall, attributes.get(semconv.DATA_LOAD_NS))
@@ -299,7 +325,7 @@ class SpanMetrics(SpanExporter):
         add(semconv.STEP_COUNT, 1, _NO_ATTRIBUTES, end, span)
         for attribute, (instrument, scale) in STEP_FIGURES.items():
             value = attributes.get(attribute)
-            if _numeric(value):
+            if value is not None and _numeric(value):  # (most steps are not measured)
                 scaled = value * scale if scale != 1 else value
                 record(instrument, scaled, _NO_ATTRIBUTES, end, span, context)
         if self.summary is not None:

@@ -39,6 +39,9 @@ class Row(NamedTuple):
 FIELDS = len(Row._fields)  # a row's values, side by side in Recorded's one deque
 
 
+_MAX_FIXED = 64  # add_many()'s attribute dicts known by identity (a step's parts: 5)
+
+
 class Recorded:
     """The measurements of one profiler, newest last.
 
@@ -68,6 +71,7 @@ class Recorded:
         self._sets_lock = threading.Lock()
         self._added = itertools.count()
         self._extended = 0  # rows added by add_many() (the metrics sink's thread only)
+        self._fixed: dict[int, tuple[Mapping[str, Any], Any]] = {}  # add_many()'s sets
 
     def __len__(self) -> int:
         """Rows held now."""
@@ -122,11 +126,18 @@ class Recorded:
         span_id: int = 0,
     ) -> None:
         """A row of ``name`` for each (value, attributes) in ``values``, all of one time and
-        span, at once (the metrics sink's, only: its count is not atomic)."""
+        span, at once (the metrics sink's, only: its count is not atomic). Each ``attributes``
+        is one of a few dicts that never change (a step's part): what a row holds of it is
+        looked up by identity once it is known."""
         flat: list[Any] = []
-        set_of = self._set_of
+        fixed = self._fixed
         for value, attributes in values:
-            flat += (name, time_ns, value, set_of(attributes), trace_id, span_id)
+            known = fixed.get(id(attributes))
+            if known is None:  # (the entry holds the dict: its id is never another's)
+                known = (attributes, self._set_of(attributes))
+                if len(fixed) < _MAX_FIXED:
+                    fixed[id(attributes)] = known
+            flat += (name, time_ns, value, known[1], trace_id, span_id)
         self._values.extend(flat)
         self._extended += len(values)
 
