@@ -3,8 +3,9 @@
 The steady training script runs for ``CIRRON_SOAK_SECONDS`` (60 s by default,
 as CI runs it; the issue's full soak is ``CIRRON_SOAK_SECONDS=600``) with the
 spool, stdout, log and OTLP (to rotel) sinks all on. After warm-up (a quarter
-of the run, at least 15 s: the ring, the sink queues and the in-memory trace
-store have filled to their bounds by then) its RSS and thread count stay flat;
+of the run, at least 15 s, and until twice the in-memory trace store's spans have
+ended: the ring, the sink queues and the store have filled to their bounds by
+then, however slow the machine) its RSS and thread count stay flat;
 no span is dropped by any sink; every spool file is valid; each sink got
 every span exactly once.
 """
@@ -26,6 +27,10 @@ from support import clean_environment
 
 SECONDS = float(os.environ.get("CIRRON_SOAK_SECONDS", "60"))
 RSS_GROWTH_MB = 8.0  # after warm-up: allocator noise is a few MB, a leak grows with time
+# The in-memory trace store's bound (ci.trace()'s spans; 10,000 by default): small, so that it
+# fills early in the run on a slow machine too (at 8 ms a batch, 10,000 took 36 s, past the
+# warm-up, and its filling read as growth). A leak grows with the spans whatever the bound.
+TRACE_BUFFER = 2000
 
 
 @pytest.mark.slow
@@ -45,7 +50,10 @@ def test_a_long_run_with_every_sink_on_stays_flat_and_loses_nothing(tmp_path, fi
                     "--work", "40000", "--report-every", "1.0",
                 ],
                 cwd=tmp_path,
-                env=clean_environment(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint),
+                env=clean_environment(
+                    OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint,
+                    CIRRON_TRACE_BUFFER=str(TRACE_BUFFER),
+                ),
                 stdout=stdout,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -76,7 +84,8 @@ def test_a_long_run_with_every_sink_on_stays_flat_and_loses_nothing(tmp_path, fi
 
     # Flat after warm-up.
     statuses = reports["STATUS"]
-    warm = statuses[0]["t"] + max(15.0, SECONDS / 4)
+    filled = next((s["t"] for s in statuses if s["ended"] >= 2 * TRACE_BUFFER), statuses[-1]["t"])
+    warm = max(statuses[0]["t"] + max(15.0, SECONDS / 4), filled)
     steady = [s for s in statuses if s["t"] >= warm]
     assert len(steady) >= 5, len(steady)
     rss = [s["rss_kb"] / 1024 for s in steady]
