@@ -50,14 +50,13 @@ OTHER = "other"  # the part of a step no part span accounts for
 # Spans that never sit inside a step: the part spans below them count for no step.
 _ABOVE_STEPS = frozenset((semconv.SESSION, semconv.TRAIN, semconv.EPOCH, *semconv.PASSES))
 _HELD = frozenset((semconv.STEP, semconv.BATCH, semconv.EPOCH))  # held whole: a figure reads them
-_DERIVED = _HELD | frozenset(semconv.STEP_PARTS)  # the spans a figure comes from
+_PARTS = frozenset(semconv.STEP_PARTS)  # with _HELD, the spans a figure comes from
 _MAX_PENDING = 10_000  # parents with part spans waiting for them; past it the oldest go
 # Part spans waiting under one parent past which those of one name are summed (merged).
 _MAX_PARTS = 256
 # Attributes shared by every value that has them (ci.metrics() keeps a reference per value).
 _TOTALS = (*semconv.STEP_PARTS, OTHER)
 _PART_ATTRIBUTES = {part: {semconv.STEP_PART: part} for part in _TOTALS}
-_PARTS = frozenset(semconv.STEP_PARTS)
 _NO_ATTRIBUTES: dict[str, Any] = {}
 _NO_PARTS: list[Part] = []  # never changed: a span with no part spans inside
 _STEP = semconv.STEP
@@ -248,26 +247,15 @@ class SpanMetrics(SpanExporter):
         parts = self._parts
         for end, name, span_id, parent_id, duration, span in held:
             try:
-                if name in _PARTS:  # most spans of a run: _ended's part case, inline
+                if name in _PARTS:  # most spans of a run: up to the step, no record made
                     part = Part(name, duration, parts.pop(span_id, _NO_PARTS))
-                    if parent_id is None:
-                        continue
-                    waiting = parts.get(parent_id)
-                    if waiting is None:
-                        parts[parent_id] = [part]
-                        if len(parts) > _MAX_PENDING:
-                            parts.popitem(last=False)
-                    else:
-                        waiting.append(part)
-                        if len(waiting) > _MAX_PARTS:
-                            parts[parent_id] = merged(waiting)
+                    self._pass_up(parent_id, [part])
                     continue
-                if name == _STEP:  # _ended's step case, inline
+                if name == _STEP:  # a step's figures, read from its span
                     self._seen_step = True
                     self._step(span, duration, end, parts.pop(span_id, _NO_PARTS))
                     continue
-                if name in _DERIVED:
-                    # (only a step's, a batch's and an epoch's attributes are read)
+                if name in _HELD:  # a batch or an epoch
                     attributes = (
                         _NO_ATTRIBUTES if span is None else span.attributes or _NO_ATTRIBUTES
                     )
@@ -281,13 +269,11 @@ class SpanMetrics(SpanExporter):
                 self.health.failed("metrics from spans", error, "export_errors")
 
     def _ended(self, ended: Ended) -> None:
+        """A batch or an epoch (a step and a part span are :meth:`_handle`'s own)."""
         name = ended.name
         inside = self._parts.pop(ended.span_id, _NO_PARTS)
-        if name == semconv.STEP or (name == semconv.BATCH and not self._seen_step):
-            self._seen_step = self._seen_step or name == semconv.STEP
+        if name == semconv.BATCH and not self._seen_step:  # a run with no steps: a step
             self._step(ended.span, ended.duration_ns, ended.end_ns, inside)
-        elif name in semconv.STEP_PARTS:
-            self._pass_up(ended.parent_id, [Part(name, ended.duration_ns, inside)])
         elif name == semconv.EPOCH:
             self._epoch(ended)
         elif inside and name not in _ABOVE_STEPS:
