@@ -633,7 +633,7 @@ def run(quick: bool = False) -> list[Row]:
                 f"    of which {thread}",
                 statistics.median(run[thread] for run in background_runs),
                 unit="us",
-                note=f"{thread}: {work}",
+                note=work,
             )
             for thread, work in SINK_THREADS.items()
         ),
