@@ -38,6 +38,7 @@ _ROW_NAMES = {semconv.STEP: 0, semconv.BATCH: 1}  # the row's kind
 MAX_PENDING = 100_000
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _ERROR = 2  # StatusCode.ERROR's value
+_STATUS_VALUES = {code: code.value for code in StatusCode}  # (an enum's .value is a Python call)
 COLUMNS = ("id", "parent", "kind", "index", "start", "wall", "status", "waits", "whole", *PARTS)
 
 # A summary, flat: [context * NP + part] for the NP parts in each of the contexts, then a
@@ -50,6 +51,7 @@ _LEAVES_AT = _WAITS_AT + 1
 _SIZE = _LEAVES_AT + NP
 Summary = list[int]
 _DATA_LOAD = _PART[semconv.DATA_LOAD]
+_NO_PARTS = (0,) * NP  # a step with no part below it
 
 
 def _context(summary: Summary, context: int) -> list[int]:
@@ -100,7 +102,7 @@ class StepFold:
     def rows(self, spans: Sequence[Any]) -> dict[str, Any] | None:
         """The rows of the steps among ``spans`` (in the order they ended), as columns; None
         when there are none."""
-        columns: dict[str, list[Any]] = {key: [] for key in COLUMNS}
+        table: list[tuple[Any, ...]] = []  # a row a step, in COLUMNS' order; columns at the end
         attributes: dict[str, list[list[Any]]] = {}
         marks: dict[str, list[list[Any]]] = {}
         traces: list[list[Any]] = []
@@ -121,7 +123,7 @@ class StepFold:
             below = pending.pop(span_id, None)
             name = span._name
             if name in _ROW_NAMES:
-                self._row(span, span_id, parent_id, below, columns, attributes, marks, traces)
+                self._row(span, span_id, parent_id, below, table, attributes, marks, traces)
                 resource = resource or span.resource
             if parent_id is None:
                 continue
@@ -151,6 +153,7 @@ class StepFold:
                 target[_WAITS_AT] += 1
         if resource is None:
             return None
+        columns = dict(zip(COLUMNS, map(list, zip(*table, strict=True)), strict=True))
         described = {
             k: list(v) if isinstance(v, tuple) else v for k, v in resource.attributes.items()
         }
@@ -168,7 +171,7 @@ class StepFold:
         span_id: int,
         parent_id: int | None,
         below: Summary | None,
-        columns: dict[str, list[Any]],
+        table: list[tuple[Any, ...]],
         attributes: dict[str, list[list[Any]]],
         marks: dict[str, list[list[Any]]],
         traces: list[list[Any]],
@@ -179,33 +182,26 @@ class StepFold:
 
         On the sink's thread for every step: fields are read directly (SDK spans and cirron's
         keep them so), not through properties that copy them."""
-        row = len(columns["id"])
+        row = len(table)
         start, end = span._start_time, span._end_time
         own = span._attributes or {}
-        status = span._status.status_code is StatusCode.ERROR
-        columns["id"].append(span_id)
-        columns["parent"].append(parent_id)
-        columns["kind"].append(_ROW_NAMES[span._name])
+        code = span._status.status_code
+        status = code is StatusCode.ERROR
         index = own.get(semconv.INDEX)
-        columns["index"].append(index if type(index) is int else None)
-        columns["start"].append(start)
-        columns["wall"].append(end - start if end is not None else 0)
-        columns["status"].append(span._status.status_code.value)
+        if type(index) is not int:
+            index = None
+        totals: Sequence[int]
         if below is None:
-            for part in PARTS:
-                columns[part].append(0)
+            totals = _NO_PARTS
             waits = semconv.DATA_LOAD_NS in own
         else:  # the walk from the step is in no part: context 0
             totals = _context(below, 0)
-            for position, part in enumerate(PARTS):
-                columns[part].append(totals[position])
             waits = bool(below[_WAITS_AT]) or semconv.DATA_LOAD_NS in own
-        columns["waits"].append(1 if waits else 0)
         whole = end is not None and not status and not span._links
         if whole and type(span) is not ScopeSpan:  # (cirron's own spans drop nothing)
             whole = not (span.dropped_attributes or span.dropped_events)
         for key, value in own.items():
-            if key == semconv.INDEX and type(index) is int:
+            if key == semconv.INDEX and index is not None:
                 continue
             kind = type(value)
             if kind is int or kind is float or kind is bool or isinstance(value, (int, float)):
@@ -228,7 +224,11 @@ class StepFold:
                     whole = False
             else:
                 whole = False  # an exception, a mark of text
-        columns["whole"].append(1 if whole else 0)
+        table.append((
+            span_id, parent_id, _ROW_NAMES[span._name], index, start,
+            end - start if end is not None else 0, _STATUS_VALUES[code], 1 if waits else 0,
+            1 if whole else 0, *totals,
+        ))  # fmt: skip
         trace = span._trace_id if type(span) is ScopeSpan else span.get_span_context().trace_id
         if trace != self._trace:
             self._trace = trace
