@@ -43,6 +43,7 @@ TORCH_LOOP = """
 # parts, a flush in the middle of a step, a step that fails and one with a text attribute.
 NESTED = """
     import cirron as ci
+    from opentelemetry import trace
 
     ci.profile(flush_interval=60)
     for epoch in ci.epochs(range(2)):
@@ -57,6 +58,8 @@ NESTED = """
                     with ci.scope("backward"):
                         ci.flush()
             ci.mark("loss", 1.0 / (batch + 1))
+            if batch == 2:  # a text: only the span holds it
+                trace.get_current_span().set_attribute("note", "text")
             if batch == 3:
                 try:
                     with ci.scope("forward"):
@@ -114,6 +117,13 @@ def assert_rows_agree(path: Path) -> int:
             (n, v, t) for n, found in table.marks.items() for r, v, t in found if r == row
         )
         assert repr(held) == repr(marks)  # (repr: NaN equals NaN)
+        whole = (
+            span.status.status_code.value != 2
+            and not span.links
+            and len(numbers) == len(span.attributes or {}) - ("index" in (span.attributes or {}))
+            and all(set(event.attributes) == {"value"} for event in span.events)
+        )
+        assert bool(table.whole[row]) == whole, step.number
     return len(timeline.steps)
 
 
