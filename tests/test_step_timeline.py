@@ -116,9 +116,9 @@ def test_ci_batches_over_a_data_bound_loader_holds_each_fetch_in_its_own_batch()
         (load,) = kids(batch, "data_load")
         assert load["start_ns"] == batch["start_ns"]  # a batch begins where its fetch begins
         assert batch["attributes"]["data_load_ns"] == load["end_ns"] - load["start_ns"]
-    # What the loop waits on: data. (On a busy machine, a first step's cold backward has
-    # taken more than a tenth of a 20 ms batch: the batches are slower, the bar lower.)
-    assert input_share(root) > 0.8
+    # What the loop waits on: data (0.96 on an idle machine). The batches take 40 ms: at 20 ms,
+    # a busy machine's cold first backward took more than the tenth the bar leaves.
+    assert input_share(root) > 0.9
 
 
 def test_gradient_accumulation_puts_every_micro_batch_fetch_in_the_step_it_feeds():

@@ -37,7 +37,6 @@ _ROW_NAMES = {semconv.STEP: 0, semconv.BATCH: 1}  # the row's kind
 # span that was dropped) must not hold memory for ever.
 MAX_PENDING = 100_000
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-_ERROR = 2  # StatusCode.ERROR's value
 _STATUS_VALUES = {code: code.value for code in StatusCode}  # (an enum's .value is a Python call)
 COLUMNS = ("id", "parent", "kind", "index", "start", "wall", "status", "waits", "whole", *PARTS)
 
