@@ -212,7 +212,7 @@ _LAYERS = (
         "+ steps, epochs, boundaries",
         (
             (
-                "cirron.instrumentors.torch_steps:LOOP",
+                "cirron.instrumentors.torch_steps:TorchLoop",
                 (
                     "fetch_begins",
                     "fetch_ends",
@@ -457,11 +457,12 @@ class _Figures:
 
 PURE_NOTE = (
     "the same pairs with CIRRON_PURE_PYTHON=1, the path of a platform "
-    "the compiled helper is not built for; the rows above run the compiled nn.Module.__call__ "
-    "and hook spans where they are built (ci.health()['hot_path'])."
+    "the compiled helper is not built for; the rows above run the compiled nn.Module.__call__, "
+    "hook spans and step cycle where they are built (ci.health()['hot_path'])."
 )
 ITEMISED = (
-    "the added time itemised: each layer of the hooks' work is measured with the layers below it on and those above it "
+    "the added time itemised, on the pure-Python hooks (the compiled step cycle does "
+    "the first two layers' work in one call a hook, which no layer can switch off): each layer of the hooks' work is measured with the layers below it on and those above it "
     "replaced by no-ops, in interleaved rounds of one process of its own (so the MLP's layers "
     "need not add up to the row above exactly). The trivial step shows the hooks' own cost "
     "with little noise; on the MLP step the same work costs more, its caches cold after the "
@@ -496,7 +497,8 @@ def run(quick: bool = False) -> list[Row]:
     # Under this package only: the layers are ours. The trivial step is short: 10x the steps.
     layers = {
         case_name: reference.run_snippet(
-            reference.call_snippet(
+            PURE_PYTHON
+            + reference.call_snippet(
                 "torch_steps", "itemise", case_name=case_name, steps=steps * scale,
                 rounds=rounds * 2,
             )

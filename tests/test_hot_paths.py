@@ -15,6 +15,7 @@ from types import MappingProxyType
 import pytest
 
 import cirron as ci
+import cirron.training
 from cirron.instrumentors import torch_modules, torch_optim, torch_spans
 from cirron.otel.processor import RingBufferSpanProcessor
 from cirron.recording import hook_spans, hot
@@ -107,6 +108,131 @@ def test_both_paths_give_the_same_trace(monkeypatch):
     assert compiled == _loop()
     assert "forward" in str(compiled) and "ERROR" in str(compiled)
     assert "optimizer_step" in str(compiled) and "backward" in str(compiled)
+
+
+class Flaky(torch.utils.data.Dataset):
+    """Eight samples; the sixth raises once (a corrupt record), as a real dataset's may."""
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5 and not self.raised:
+            self.raised = True
+            raise ValueError("a corrupt record")
+        return torch.randn(4), torch.tensor(i % 2)
+
+
+_MEASURED = ("cpu", "process.")  # a step's CPU time and memory: figures that differ per run
+
+
+def _full_shape(node) -> tuple:
+    """A span's name, status, attributes (but measured figures), marks and children."""
+    attributes = tuple(
+        sorted((k, str(v)) for k, v in node["attributes"].items() if not k.startswith(_MEASURED))
+    )
+    marks = tuple((m["name"], m["kind"]) for m in node["marks"])
+    children = tuple(_full_shape(child) for child in node["children"])
+    return (node["name"], node.get("status"), attributes, marks, children)
+
+
+def _steps_begin_at_their_fetch_and_never_overlap(tree) -> None:
+    for epoch in (c for c in tree["children"] if c["name"] == "epoch"):
+        steps = [c for c in epoch["children"] if c["name"] == "step"]
+        for step in steps:  # (a manual loop's have no fetch)
+            loads = [c for c in step["children"] if c["name"] == "data_load"]
+            assert not loads or step["start_ns"] == loads[0]["start_ns"]
+        for before, after in zip(steps, steps[1:], strict=False):
+            assert before["end_ns"] <= after["start_ns"]
+
+
+def _loader_loop() -> tuple:
+    """The loop the compiled step cycle is for, and what it hands on around it: epochs over a
+    DataLoader, gradient accumulation for a while, a skipped batch, a fetch that raises, a
+    scope on a batch before its forward, a mark after each optimizer step, a validation pass
+    between epochs; before them, a manual loop with no loader, and a forward after it."""
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(0)
+    model, loss_fn = Blocks(), nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(Flaky(), batch_size=1)
+    model.train()
+    for _ in range(3):  # a manual loop, no loader: its steps in an epoch of their own
+        loss_fn(model(torch.randn(2, 4)), torch.zeros(2, dtype=torch.long)).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():  # after that loop: in no step, nor in its epoch
+        model(torch.randn(2, 4))
+    for epoch in range(3):
+        model.train()
+        batches = iter(loader)
+        position = 0
+        while True:
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                break
+            except ValueError:
+                continue
+            position += 1
+            if position == 3:
+                continue  # a batch skipped: its fetch waits, then goes with the next step's
+            if position == 4:  # a scope between a fetch and the forward: the Python hooks decide
+                with ci.scope("augment"):
+                    x = x * 1.0
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            if epoch == 0 and position % 2:
+                continue  # accumulation: this step's optimizer moment comes with the next batch
+            optimizer.step()
+            optimizer.zero_grad()
+            ci.mark("loss", loss.item())
+        model.eval()
+        with torch.no_grad():
+            for x, _y in loader:
+                model(x)
+    ci.shutdown()
+    tree = ci.trace(format="dict")
+    _steps_begin_at_their_fetch_and_never_overlap(tree)
+    return _full_shape(tree)
+
+
+def test_a_loader_loop_gives_the_same_trace_on_both_paths(monkeypatch):
+    """The compiled step cycle (the next batch, its forward, backward and optimizer step with
+    no Python frame) against the pure hooks, on a loop with the moments it hands on."""
+    from cirron.instrumentors.torch_steps import TorchLoop
+
+    calls = {"fetch_ends": 0, "training_work": 0, "begin_step": 0}
+    for name in calls:
+        owner = cirron.training if name == "begin_step" else TorchLoop
+        method = getattr(owner, name)
+
+        def counted(*args, _method=method, _name=name, **kwargs):
+            calls[_name] += 1
+            return _method(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    ci.profile(output="none", frameworks=["torch"])
+    assert type(torch.utils.data.dataloader._BaseDataLoaderIter.__next__).__name__ == "LoopHook"
+    compiled = _loader_loop()
+    in_python = dict(calls)
+    _pure_everywhere(monkeypatch)
+    ci.profile(output="none", frameworks=["torch"])
+    assert type(torch.autograd.backward).__name__ == "function"
+    assert compiled == _loader_loop()
+    # The compiled cycle ran: most training work, and the training batches' fetches past the
+    # first of each pass, never reached the Python methods (the evaluation's fetches do).
+    pure = {name: calls[name] - in_python[name] for name in calls}
+    assert in_python["training_work"] * 3 < pure["training_work"], (in_python, pure)
+    assert in_python["begin_step"] * 2 < pure["begin_step"], (in_python, pure)
+    assert in_python["fetch_ends"] + 10 < pure["fetch_ends"], (in_python, pure)
+    text = str(compiled)
+    assert text.count("'step'") >= 10 and "'validate'" in text and "'augment'" in text
+    assert "'data_load', 'ERROR'" in text  # the fetch that raised
 
 
 def test_the_compiled_call_looks_like_torchs_to_code_that_inspects_it():

@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 import cirron.training  # noqa: E402
 from cirron.instrumentors.torch import TorchInstrumentor  # noqa: E402
 from cirron.instrumentors.torch_steps import TorchLoop  # noqa: E402
-from cirron.recording import hook_spans, hot  # noqa: E402
+from cirron.recording import hook_spans, hot, recorder  # noqa: E402
 from cirron.snapshots.watch import watched_models  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -980,11 +980,15 @@ def broken(*args, **kwargs):
     ],
 )
 def test_a_failing_hook_does_not_change_training(owner, attribute, monkeypatch, caplog):
+    """A Python function of the hooks that fails, on the pure-Python hooks, which call each
+    of these at every step (the compiled step cycle does their work itself on its common
+    path: the next test makes that fail)."""
     ci.profile(enabled=False)
     expected = seeded_losses()
     ci.shutdown()
 
     monkeypatch.setattr(owner, attribute, broken)
+    monkeypatch.setattr(hot, "compiled", None)  # the hooks installed next are the pure ones
     profile()
     with caplog.at_level(logging.WARNING, logger="cirron"):
         losses = seeded_losses()
@@ -993,6 +997,42 @@ def test_a_failing_hook_does_not_change_training(owner, attribute, monkeypatch, 
     warnings = [r for r in caplog.records if r.name == "cirron" and r.levelno >= logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert "deliberately broken hook" in warnings[0].getMessage()
+
+
+class BrokenLock:
+    """A training state's lock that fails: every moment that takes it fails inside cirron."""
+
+    def acquire(self, *args):
+        raise RuntimeError("deliberately broken lock")
+
+    release = __enter__ = acquire
+
+    def __exit__(self, *args):
+        raise RuntimeError("deliberately broken lock")
+
+
+@pytest.mark.parametrize("path", ["compiled", "pure"])
+def test_a_failure_inside_the_step_cycle_does_not_change_training(path, monkeypatch, caplog):
+    """Every step's beginning and end fail (on the compiled step cycle, where it is built, and
+    on the pure hooks): the training is the same, each failure counted, one warning."""
+    if path == "compiled" and hot.compiled is None:
+        pytest.skip("the compiled helper is not built")
+    ci.profile(enabled=False)
+    expected = seeded_losses()
+    ci.shutdown()
+
+    if path == "pure":
+        monkeypatch.setattr(hot, "compiled", None)
+    profile()
+    monkeypatch.setattr(recorder.current.training, "lock", BrokenLock())
+    with caplog.at_level(logging.WARNING, logger="cirron"):
+        losses = seeded_losses()
+    assert losses == expected
+    assert ci.health()["hook_errors"] >= 8  # (every step of the loop: 8 of them)
+    warnings = [r for r in caplog.records if r.name == "cirron" and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "deliberately broken lock" in warnings[0].getMessage()
+    ci.shutdown()
 
 
 # -- 11. ci.watch ------------------------------------------------------------------------

@@ -50,10 +50,10 @@ from __future__ import annotations
 from typing import Any
 
 from .. import training
-from ..otel import values
-from ..recording import recorder, training_state
-from ..recording.guard import guarded
-from ..training import resources
+from ..otel import semconv, values
+from ..recording import hook_spans, hot, recorder, training_state
+from ..recording.guard import guarded, report
+from ..training import loop_frames, resources
 from . import (
     FrameworkInstrumentor,
     torch_collectives,
@@ -63,6 +63,7 @@ from . import (
     torch_modules,
     torch_optim,
     torch_spans,
+    torch_steps,
 )
 from .torch_spans import SITE, torch_module
 from .torch_steps import LOOP, TORCH
@@ -77,6 +78,60 @@ def _end_torch_moments() -> None:
     training.end_step(TORCH)
     training.end_epoch(TORCH)
     training.record_fetches(training.take_fetches())
+
+
+def _compiled_step_cycle() -> None:
+    """Hand the compiled step cycle (``LoopHook``, the compiled ``nn.Module.__call__``) what
+    the hooks share: the next batch of a plain training loop, its forward, backward and
+    optimizer step, with no Python frame; the Python hooks for every other moment."""
+    hot.compiled.configure_loop(
+        {
+            "loop": LOOP,
+            "torch": TORCH,
+            "training": torch_steps.TRAINING,
+            "exhausted": torch_steps.EXHAUSTED,
+            "loader_pass": torch_steps.LoaderPass,
+            "fetch": training_state.Fetch,
+            "moment": training_state.Moment,
+            "state": training_state.TrainingState,
+            "outer_fetch": torch_data._outer_fetch,
+            "pass_attribute": torch_data._PASS,
+            "fetch_ends": torch_data._fetch_ends,
+            "end_step": training.end_step,
+            "record_on": hook_spans.record_on,
+            "position": loop_frames.position,
+            "users": torch_steps._NOT_THE_USERS,
+            "last_positions": loop_frames._last,
+            "enclosing": training_state.enclosing,
+            "report": report,
+            "site": SITE,
+            "seen_models": torch_modules.seen_models,
+            "backward_running": torch_modules.backward_running,
+            "grad_enabled": torch_modules.grad_enabled,
+            "buckets": torch_comm_hooks.buckets_recorded,
+            "forward_failed": torch_modules.forward_failed,
+            "backward_failed": torch_modules.close_backward,
+            "optimizer_spans": torch_optim.optimizer_spans,
+            "max_waiting": torch_steps.MAX_WAITING,
+            "names": {
+                "step": semconv.STEP,
+                "index": semconv.INDEX,
+                "data_load": semconv.DATA_LOAD,
+                "forward": semconv.FORWARD,
+                "backward": semconv.BACKWARD,
+                "optimizer_step": semconv.OPTIMIZER_STEP,
+                "mode": semconv.MODE,
+                "mode_train": semconv.MODE_TRAIN,
+                "module": semconv.MODULE,
+                "wrapper": semconv.WRAPPER,
+                "optimizer": semconv.OPTIMIZER,
+            },
+        }
+    )
+
+
+if hot.compiled is not None:
+    _compiled_step_cycle()
 
 
 class TorchInstrumentor(FrameworkInstrumentor):
@@ -113,8 +168,9 @@ class TorchInstrumentor(FrameworkInstrumentor):
         self.patch(
             scaler_class, "step", torch_optim.make_scaler_step(scaler_class.__dict__["step"])
         )
-        self._handles.append(register_optimizer_step_pre_hook(torch_optim.before_optimizer_step))
-        self._handles.append(register_optimizer_step_post_hook(torch_optim.after_optimizer_step))
+        before, after = torch_optim.step_hooks()
+        self._handles.append(register_optimizer_step_pre_hook(before))
+        self._handles.append(register_optimizer_step_post_hook(after))
         self._patch_distributed(torch)
         torch_spans.CUDA[0] = torch_memory.CUDA[0] = torch.cuda
         torch_memory.RAW_STATS[0] = getattr(torch._C, "_cuda_memoryStats", None)

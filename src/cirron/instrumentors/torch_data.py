@@ -14,6 +14,7 @@ import time
 import types
 from typing import Any
 
+from ..recording import hot
 from ..recording.guard import guarded, report
 from ..training import loops
 from .torch_modules import any_seen_model_training, seen_models
@@ -62,6 +63,9 @@ def _fetch_begins(loader_pass: LoaderPass, started: int) -> None:
 
 
 def make_next(original: Any) -> Any:
+    """Our ``_BaseDataLoaderIter.__next__``: each fetch timed and told to the loop; the
+    compiled twin (:mod:`cirron.recording.hot`) where it is built, with this one for all
+    but the next batch of a training pass."""
     time_ns = time.time_ns
     pass_of = guarded(SITE)(_pass_of)
 
@@ -91,6 +95,8 @@ def make_next(original: Any) -> Any:
         return item
 
     __next__.__wrapped__ = original  # type: ignore[attr-defined]
+    if hot.compiled is not None:  # the next batch of the same loop with no Python frame
+        return hot.compiled.LoopHook(hot.FETCH_NEXT, original, __next__)
     return __next__
 
 

@@ -137,6 +137,12 @@ def _control_flow(error: BaseException) -> bool:
     return type(error).__name__ == "_StopRecomputationError"
 
 
+def forward_failed(entered: HookSpan, error: BaseException) -> None:
+    """The call inside ``entered``, a ``forward`` span, raised ``error``: the span ends with it
+    (the compiled ``__call__``'s way out, as :func:`_forward_call`'s)."""
+    close_guarded(entered, None if _control_flow(error) else error)
+
+
 def _forward_call(original: Any, self: Any, args: Any, kwargs: Any) -> Any:
     """An outermost module call, with the "inside a forward" flag set: a ``forward`` span
     around ``original``. The compiled ``__call__`` (:mod:`cirron.recording.hot`) calls it too."""
@@ -255,9 +261,13 @@ def _close_backward(entered: HookSpan | None, error: BaseException | None = None
         LOOP.backward_done()
 
 
+close_backward = guarded(SITE)(_close_backward)  # a backward that raised
+
+
 def make_backward(original: Any) -> Any:
-    """Our ``torch.autograd.backward``; ``Tensor.backward`` calls it, so one patch covers both."""
-    close_backward = guarded(SITE)(_close_backward)  # a backward that raised
+    """Our ``torch.autograd.backward``; ``Tensor.backward`` calls it, so one patch covers both.
+    The compiled twin where it is built (:mod:`cirron.recording.hot`), with this one for all
+    but a backward inside a step that an optimizer step ends."""
 
     def backward(*args: Any, **kwargs: Any) -> Any:
         try:  # the core guard, inline: once a backward
@@ -283,6 +293,8 @@ def make_backward(original: Any) -> Any:
 
     backward.__wrapped__ = original  # type: ignore[attr-defined]
     backward.__name__ = "backward"
+    if hot.compiled is not None:  # a backward inside the open step, with no Python frame
+        return hot.compiled.LoopHook(hot.BACKWARD, original, backward)
     return backward
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import training
 from ..otel import semconv
-from ..recording import hook_spans
+from ..recording import hook_spans, hot
 from ..recording.guard import guarded, report
 from ..recording.hook_spans import HookSpan
 from .torch_spans import SITE, open_hook
@@ -74,6 +74,19 @@ def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         LOOP.optimizer_stepped(sys._getframe(1))  # torch's wrapper: the user's step() above it
     except Exception as error:  # noqa: BLE001
         report(SITE, error)
+
+
+def step_hooks() -> tuple[Any, Any]:
+    """The optimizer step's global (pre, post) hooks to register: the compiled twins of
+    :func:`before_optimizer_step` and :func:`after_optimizer_step` where they are built
+    (:mod:`cirron.recording.hot`), which run those for all but ``optimizer.step()`` with no
+    closure inside the open step."""
+    if hot.compiled is None:
+        return before_optimizer_step, after_optimizer_step
+    return (
+        hot.compiled.LoopHook(hot.OPTIMIZER_PRE, None, before_optimizer_step),
+        hot.compiled.LoopHook(hot.OPTIMIZER_POST, None, after_optimizer_step),
+    )
 
 
 @guarded(SITE)

@@ -134,12 +134,25 @@ HeldForward = tuple[dict[str, Any], int, int, BaseException | None]
 
 
 class TorchLoop:
-    """What the hooks have seen of the loop so far (forgotten when the hooks attach)."""
+    """What the hooks have seen of the loop so far (forgotten when the hooks attach).
 
-    # Gradients on and a model seen training, now (set by the hooks when they attach).
-    training_now: Callable[[], bool] = staticmethod(lambda: True)
+    Its fields are slots: the compiled step cycle (:func:`configure_compiled`) reads them
+    by offset."""
+
+    __slots__ = (
+        "has_optimizer",
+        "optimizer_steps",
+        "epoch_passes",
+        "dry",
+        "evaluation_pass",
+        "training_thread",
+        "held",
+        "training_now",
+    )
 
     def __init__(self) -> None:
+        # Gradients on and a model seen training, now (set by the hooks when they attach).
+        self.training_now: Callable[[], bool] = lambda: True
         self.reset()
 
     def reset(self) -> None:

@@ -93,6 +93,10 @@ outermost_call(ModuleCall *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     return result;
 }
 
+/* A training forward of the step cycle (below, with the other hooks of the cycle). */
+static PyObject *forward_fast(ModuleCall *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
+
 static PyObject *
 module_call_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -116,6 +120,10 @@ module_call_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
             inside_forward = 0;
             return result;
         }
+    }
+    PyObject *result = forward_fast(self, args, nargs, kwnames);
+    if (result != NULL || PyErr_Occurred()) {
+        return result;
     }
     return outermost_call(self, args, nargs, kwnames);
 }
@@ -1908,6 +1916,22 @@ restore_on_top(PyObject *span, PyObject *opened)
     return token == NULL ? -1 : 1;
 }
 
+/* scopes.close_span(opened, None, end_ns) for a 3-tuple ``opened``: 0, or -1 with an error. */
+static int
+close_opened(PyObject *opened, PyObject *end_ns)
+{
+    PyObject *span = PyTuple_GET_ITEM(opened, 0);
+    Py_INCREF(opened);
+    int done = end_scope_span(span, end_ns) < 0 ? -1 : restore_on_top(span, opened);
+    if (done == 0) {
+        PyObject *restored = PyObject_CallFunctionObjArgs(sc_restore, span, opened, NULL);
+        done = restored == NULL ? -1 : 1;
+        Py_XDECREF(restored);
+    }
+    Py_DECREF(opened);
+    return done < 0 ? -1 : 0;
+}
+
 /* scopes.close_span(opened, error=None, end_ns=None): without an error, here. */
 static PyObject *
 close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
@@ -1931,16 +1955,7 @@ close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
     PyObject *opened = nargs >= 1 ? args[0] : NULL;
     if (ours && error == Py_None && (end_ns == Py_None || PyLong_CheckExact(end_ns))
         && PyTuple_CheckExact(opened) && PyTuple_GET_SIZE(opened) == 3) {
-        PyObject *span = PyTuple_GET_ITEM(opened, 0);
-        Py_INCREF(opened);
-        int done = end_scope_span(span, end_ns) < 0 ? -1 : restore_on_top(span, opened);
-        if (done == 0) {
-            PyObject *restored = PyObject_CallFunctionObjArgs(sc_restore, span, opened, NULL);
-            done = restored == NULL ? -1 : 1;
-            Py_XDECREF(restored);
-        }
-        Py_DECREF(opened);
-        if (done < 0) {
+        if (close_opened(opened, end_ns) < 0) {
             return NULL;
         }
         Py_RETURN_NONE;
@@ -2413,6 +2428,1271 @@ configure_encoder(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The step cycle of a plain torch loop, compiled: the next batch of the same training loop.
+ *
+ * Every step of ``for x, y in loader: forward, loss, backward, optimizer.step()`` makes the
+ * same moments: the fetch of the next batch (the step before it ends where that fetch
+ * begins), the first forward on it (its step begins at the fetch, the fetch's data_load
+ * span inside), a backward and an optimizer step inside the open step, and the end of the
+ * optimizer step (the step's work is done). cirron.instrumentors.torch_steps.TorchLoop
+ * decides what each moment means; here the four hooks do what it would do without a Python
+ * frame, when the state is exactly the one the same loop's previous step left. Every test
+ * the Python methods make on their way is made first, before anything is done; anything
+ * else (an epoch's first batch, an evaluation pass, held forwards, gradient accumulation's
+ * micro-batches, a step whose CPU time is measured, a framework's or the user's step, another
+ * thread's work, a failure) goes to the pure-Python hook whole. configure_loop hands over
+ * what the hooks share; the pure hooks stay the reference (tests compare the traces).
+ * ------------------------------------------------------------------------------------- */
+
+/* What configure_loop was given (owned references; NULL until it is called). */
+static PyObject *lp_loop;            /* torch_steps.LOOP, a TorchLoop (its fields are slots) */
+static PyObject *lp_torch;           /* torch_steps.TORCH, the torch hooks' Owner */
+static PyObject *lp_training;        /* torch_steps.TRAINING: a loader pass that trains */
+static PyObject *lp_exhausted;       /* torch_steps.EXHAUSTED: a fetch that found it dry */
+static PyObject *lp_pass_type, *lp_fetch_type, *lp_moment_type, *lp_state_type;
+static PyObject *lp_outer_fetch;     /* torch_data._outer_fetch: [a subclass's fetch runs] */
+static PyObject *lp_pass_attribute;  /* torch_data._PASS: an iterator's LoaderPass */
+static PyObject *lp_fetch_ends;      /* torch_data._fetch_ends(pass, started, outcome): guarded */
+static PyObject *lp_end_step;        /* training.end_step(who, error, end_ns) */
+static PyObject *lp_record_on;       /* hook_spans.record_on (an SDK span's data_load) */
+static PyObject *lp_position;        /* loop_frames.position(frame, skip) */
+static PyObject *lp_users;           /* torch_steps._NOT_THE_USERS: its skip */
+static PyObject *lp_last_positions;  /* loop_frames._last: skip -> (code, caller's lasti, answer) */
+static PyObject *lp_enclosing;       /* training_state.enclosing */
+static PyObject *lp_report;          /* guard.report(site, error) */
+static PyObject *lp_site;            /* torch_spans.SITE */
+static PyObject *lp_seen_models;     /* torch_modules.seen_models */
+static PyObject *lp_backward_running; /* torch_modules.backward_running: [depth, thread] */
+static PyObject *lp_grad_enabled;    /* torch_modules.grad_enabled: [torch.is_grad_enabled] */
+static PyObject *lp_buckets;         /* torch_comm_hooks.buckets_recorded: [DDP's buckets on] */
+static PyObject *lp_forward_failed;  /* torch_modules._forward_failed(hook, error) */
+static PyObject *lp_backward_failed; /* torch_modules's guarded _close_backward(hook, error) */
+static PyObject *lp_optimizer_spans; /* torch_optim.optimizer_spans: id -> its open hook span */
+static PyObject *lp_names;           /* {what: the span name or attribute key} (semconv's) */
+static Py_ssize_t lp_max_waiting;    /* torch_steps.MAX_WAITING */
+static PyObject *str_acquire, *str_release, *str_settings, *str_step_sampling;
+/* Of lp_names: the names of the spans and attributes the hooks make. */
+static PyObject *nm_step, *nm_index, *nm_data_load, *nm_forward, *nm_backward,
+    *nm_optimizer_step, *nm_mode, *nm_mode_train, *nm_module, *nm_wrapper, *nm_optimizer;
+
+/* The slots' offsets: TorchLoop, LoaderPass, TrainingState, Moment, Fetch. */
+static Py_ssize_t at_loop_held, at_loop_evaluation, at_loop_thread, at_loop_optimizer,
+    at_loop_steps, at_loop_passes, at_loop_dry;
+static Py_ssize_t at_pass_role, at_pass_batches;
+static Py_ssize_t at_st_epoch, at_st_step, at_st_next_step, at_st_detail, at_st_passes,
+    at_st_last_step_end, at_st_boundary, at_st_boundary_ns, at_st_measure_every,
+    at_st_measured, at_st_holders, at_st_lock;
+static Py_ssize_t at_m_owner, at_m_opened, at_m_index, at_m_parent, at_m_complete, at_m_loop,
+    at_m_fallback, at_m_steps, at_m_boundary_done, at_m_encloses, at_m_batches, at_m_cpu;
+static Py_ssize_t at_f_start, at_f_end, at_f_error, at_f_source;
+
+/* A slot's value (borrowed; NULL when it was never set). */
+#define FIELD(object, offset) SLOT(object, offset)
+/* A slot set to ``value`` (a new reference it takes). */
+#define SET_FIELD(object, offset, value) Py_XSETREF(SLOT(object, offset), (value))
+
+static int
+loop_configured(void)
+{
+    return lp_loop != NULL && sh_recorder != NULL && hs_build_here != NULL && sc_open_on != NULL;
+}
+
+/* The core guard, inline: an Exception set now is reported for the torch hooks' site and
+ * cleared (0: go on); anything else (KeyboardInterrupt) stays set (-1: it propagates). */
+static int
+guard(void)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        return -1;
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    PyObject *call[2] = {lp_site, value};
+    PyObject *done = PyObject_Vectorcall(lp_report, call, 2, NULL);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    if (done == NULL) {
+        return guard() < 0 ? -1 : 0; /* (the report failed: counted nowhere, never raised) */
+    }
+    Py_DECREF(done);
+    return 0;
+}
+
+/* ``call(hook, error)`` with the exception set now as ``error``; the exception stays set
+ * (the user's call raised it: it reaches the user unchanged). */
+static void
+tell_failure(PyObject *call_it, PyObject *hook)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL && value != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    PyObject *call[2] = {hook, value != NULL ? value : Py_None};
+    PyObject *done = PyObject_Vectorcall(call_it, call, 2, NULL);
+    if (done == NULL) {
+        PyErr_Clear(); /* (guarded in Python: only a BaseException gets here) */
+    }
+    Py_XDECREF(done);
+    PyErr_Restore(type, value, traceback);
+}
+
+/* The open training state (recorder.current.training): a new reference, or NULL with no
+ * error (no recorder yet: the Python hooks make one). */
+static PyObject *
+training_state_now(PyObject **rec_out)
+{
+    PyObject *rec = PyObject_GetAttr(sh_recorder, str_current);
+    if (rec == NULL || rec == Py_None) {
+        Py_XDECREF(rec);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *state = PyObject_GetAttr(rec, str_training);
+    if (state == NULL || (PyObject *)Py_TYPE(state) != lp_state_type) {
+        Py_XDECREF(state);
+        Py_DECREF(rec);
+        PyErr_Clear();
+        return NULL;
+    }
+    if (rec_out != NULL) {
+        *rec_out = rec;
+    }
+    else {
+        Py_DECREF(rec);
+    }
+    return state;
+}
+
+/* An int slot's value; 0 with ``*ok`` cleared when it is not one. */
+static long long
+int_field(PyObject *object, Py_ssize_t offset, int *ok)
+{
+    PyObject *value = FIELD(object, offset);
+    if (value == NULL || !PyLong_CheckExact(value)) {
+        *ok = 0;
+        return 0;
+    }
+    long long number = PyLong_AsLongLong(value);
+    if (number == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        *ok = 0;
+    }
+    return number;
+}
+
+/* ``list`` is an empty list (the slot holds one). */
+static int
+empty_list(PyObject *list)
+{
+    return list != NULL && PyList_CheckExact(list) && PyList_GET_SIZE(list) == 0;
+}
+
+/* The thread's id is the loop's training thread, or none is known yet. */
+static int
+on_training_thread(void)
+{
+    PyObject *thread = FIELD(lp_loop, at_loop_thread);
+    if (thread == NULL) {
+        return 0;
+    }
+    if (thread == Py_None) {
+        return 1;
+    }
+    unsigned long id = PyLong_AsUnsignedLong(thread);
+    if (id == (unsigned long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return id == PyThread_get_thread_ident();
+}
+
+/* lock.acquire() / lock.release(): 0, or -1 with an error. */
+static int
+lock_call(PyObject *lock, PyObject *method)
+{
+    PyObject *done = PyObject_CallMethodNoArgs(lock, method);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* An int slot incremented by one: 0, or -1 with an error. */
+static int
+increment(PyObject *object, Py_ssize_t offset)
+{
+    PyObject *value = FIELD(object, offset);
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *more = value == NULL || one == NULL ? NULL : PyNumber_Add(value, one);
+    Py_XDECREF(one);
+    if (more == NULL) {
+        return -1;
+    }
+    SET_FIELD(object, offset, more);
+    return 0;
+}
+
+/* -- the fetch ------------------------------------------------------------------------- */
+
+enum { BEGIN_OTHER = 0, BEGIN_CLOSE, BEGIN_NOTHING };
+
+/* What TorchLoop.fetch_begins does for the next fetch from ``pass``, a training pass past its
+ * first batch: close the completed step (BEGIN_CLOSE), or nothing (BEGIN_NOTHING: a step
+ * still at work, another owner's); BEGIN_OTHER: the Python method's. */
+static int
+fetch_begin_kind(PyObject *pass, PyObject *state)
+{
+    int ok = 1;
+    if (FIELD(pass, at_pass_role) != lp_training || !empty_list(FIELD(lp_loop, at_loop_held))
+        || FIELD(lp_loop, at_loop_evaluation) != Py_None
+        || int_field(pass, at_pass_batches, &ok) <= 0 || !ok) {
+        return BEGIN_OTHER;
+    }
+    PyObject *step = FIELD(state, at_st_step);
+    if (step == NULL || (PyObject *)Py_TYPE(step) != lp_moment_type) {
+        return BEGIN_OTHER; /* (None: an epoch's first batch is measured from its fetch) */
+    }
+    if (FIELD(step, at_m_owner) != lp_torch) {
+        return BEGIN_NOTHING;
+    }
+    PyObject *complete = FIELD(step, at_m_complete);
+    return complete == Py_True ? BEGIN_CLOSE : complete == Py_False ? BEGIN_NOTHING : BEGIN_OTHER;
+}
+
+/* closing.close_step(state, None, end_ns) for a completed step of the torch hooks that is
+ * not measured, nor followed by a measured one, and closes nothing else: 1 closed, 0 not
+ * that step (nothing done: training.end_step's), -1 an error. */
+static int
+close_plain_step(PyObject *state, PyObject *step, PyObject *end_ns)
+{
+    PyObject *epoch = FIELD(state, at_st_epoch), *loop = FIELD(step, at_m_loop);
+    PyObject *opened = FIELD(step, at_m_opened);
+    if (epoch == NULL || loop == NULL || FIELD(step, at_m_encloses) != Py_False
+        || FIELD(step, at_m_cpu) != Py_None || opened == NULL || !PyTuple_CheckExact(opened)
+        || PyTuple_GET_SIZE(opened) != 3) {
+        return 0;
+    }
+    if (loop != Py_None && epoch != Py_None
+        && ((PyObject *)Py_TYPE(epoch) != lp_moment_type
+            || FIELD(epoch, at_m_fallback) != Py_False)) {
+        return 0; /* a manual loop's fallback epoch: it ends once the program leaves the loop */
+    }
+    PyObject *span = PyTuple_GET_ITEM(opened, 0);
+    if ((PyObject *)Py_TYPE(span) != sh_scope_span) {
+        return 0;
+    }
+    PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
+    PyObject *start_time = end_time == NULL ? NULL : PyObject_GenericGetAttr(span, str_start_time);
+    int ok = end_time == Py_None && start_time != NULL
+             && (start_time == Py_None || PyLong_CheckExact(start_time));
+    long long started = ok && start_time != Py_None ? PyLong_AsLongLong(start_time) : 0;
+    Py_XDECREF(end_time);
+    Py_XDECREF(start_time);
+    long long end = PyLong_AsLongLong(end_ns);
+    long long measured = int_field(state, at_st_measured, &ok);
+    long long every = int_field(state, at_st_measure_every, &ok);
+    PyObject *now_object = ok ? PyObject_CallNoArgs(sh_time_ns) : NULL;
+    long long now = now_object == NULL ? 0 : PyLong_AsLongLong(now_object);
+    Py_XDECREF(now_object);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!ok || !(0 <= now - measured && now - measured < every)) {
+        return 0; /* the next step is measured from here: resources.mark(), in Python */
+    }
+    PyObject *lock = FIELD(state, at_st_lock);
+    if (lock == NULL || lock_call(lock, str_acquire) < 0) {
+        return lock == NULL ? 0 : -1;
+    }
+    int result = 0;
+    if (FIELD(state, at_st_step) != step) {
+        goto done; /* another thread ended it meanwhile: the Python's, which looks again */
+    }
+    Py_INCREF(step);
+    SET_FIELD(state, at_st_step, Py_NewRef(Py_None));
+    SET_FIELD(state, at_st_detail, Py_NewRef(Py_True));
+    if (PyList_GET_SIZE(sh_completed) >= 2 && PyList_GET_ITEM(sh_completed, 0) == span) {
+        if (PyList_SetItem(sh_completed, 0, Py_NewRef(Py_None)) < 0
+            || PyList_SetItem(sh_completed, 1, Py_NewRef(Py_None)) < 0) {
+            Py_DECREF(step);
+            result = -1;
+            goto done;
+        }
+    }
+    SET_FIELD(state, at_st_boundary, Py_NewRef(Py_None));
+    if (end > now) {
+        end = now;
+    }
+    else if (end < started) {
+        end = started;
+    }
+    PyObject *stamp = PyLong_FromLongLong(end);
+    if (stamp == NULL) {
+        Py_DECREF(step);
+        result = -1;
+        goto done;
+    }
+    SET_FIELD(state, at_st_last_step_end, Py_NewRef(stamp));
+    SET_FIELD(state, at_st_boundary_ns, Py_NewRef(stamp));
+    result = close_opened(opened, stamp) < 0 ? -1 : 1;
+    Py_DECREF(stamp);
+    Py_DECREF(step);
+done:
+    if (lock_call(lock, str_release) < 0) {
+        result = -1;
+    }
+    return result;
+}
+
+/* TorchLoop.fetch_ends(pass, started, None) when the batch waits for the work it feeds (the
+ * usual next batch): 1 done, 0 the Python method's (nothing done), -1 an error. */
+static int
+fetch_end_plain(PyObject *pass, PyObject *started)
+{
+    if (FIELD(pass, at_pass_role) != lp_training || !on_training_thread()
+        || pass == FIELD(lp_loop, at_loop_evaluation)
+        || PyList_GET_SIZE(sh_pending) + 1 > lp_max_waiting) {
+        return 0;
+    }
+    PyObject *state = training_state_now(NULL);
+    if (state == NULL) {
+        return 0;
+    }
+    PyObject *step = FIELD(state, at_st_step);
+    int plain = step == Py_None
+                || (step != NULL && (PyObject *)Py_TYPE(step) == lp_moment_type
+                    && (FIELD(step, at_m_owner) != lp_torch || FIELD(step, at_m_complete) == Py_True));
+    Py_DECREF(state);
+    if (!plain) {
+        return 0; /* another micro-batch of the open step: the Python's */
+    }
+    PyTypeObject *type = (PyTypeObject *)lp_fetch_type;
+    PyObject *now = PyObject_CallNoArgs(sh_time_ns);
+    PyObject *fetch = now == NULL ? NULL : type->tp_alloc(type, 0);
+    if (fetch == NULL) {
+        Py_XDECREF(now);
+        return -1;
+    }
+    SET_FIELD(fetch, at_f_start, Py_NewRef(started));
+    SET_FIELD(fetch, at_f_end, now);
+    SET_FIELD(fetch, at_f_error, Py_NewRef(Py_None));
+    SET_FIELD(fetch, at_f_source, Py_NewRef(pass));
+    int result = increment(pass, at_pass_batches) < 0 || PyList_Append(sh_pending, fetch) < 0 ? -1 : 1;
+    Py_DECREF(fetch);
+    return result;
+}
+
+/* -- the work: a forward, a backward, an optimizer step -------------------------------- */
+
+enum { WORK_OTHER = 0, WORK_NONE, WORK_STEP };
+
+/* What TorchLoop.training_work does now: nothing (WORK_NONE: more work in the open step),
+ * or begin the step of the one batch waiting, the next of a training pass (WORK_STEP);
+ * WORK_OTHER: the Python method's. */
+static int
+work_kind(PyObject *state)
+{
+    Py_ssize_t waiting = PyList_GET_SIZE(sh_pending);
+    PyObject *step = FIELD(state, at_st_step);
+    if (waiting == 0) {
+        if (FIELD(lp_loop, at_loop_evaluation) != Py_None || step == NULL
+            || (PyObject *)Py_TYPE(step) != lp_moment_type) {
+            return WORK_OTHER;
+        }
+        if (FIELD(step, at_m_owner) == lp_torch && FIELD(step, at_m_complete) != Py_False) {
+            PyObject *dry = FIELD(lp_loop, at_loop_dry);
+            if (dry != Py_False || empty_list(FIELD(lp_loop, at_loop_passes))) {
+                return WORK_OTHER; /* no fetch marks the batch: a new step, in Python */
+            }
+        }
+        return WORK_NONE;
+    }
+    if (waiting != 1 || step != Py_None || !empty_list(FIELD(lp_loop, at_loop_held))
+        || !empty_list(FIELD(state, at_st_passes)) || !empty_list(FIELD(state, at_st_holders))) {
+        return WORK_OTHER;
+    }
+    PyObject *fetch = PyList_GET_ITEM(sh_pending, 0);
+    if ((PyObject *)Py_TYPE(fetch) != lp_fetch_type) {
+        return WORK_OTHER;
+    }
+    PyObject *source = FIELD(fetch, at_f_source);
+    if (source == NULL || (PyObject *)Py_TYPE(source) != lp_pass_type
+        || FIELD(source, at_pass_role) != lp_training || FIELD(fetch, at_f_error) != Py_None) {
+        return WORK_OTHER;
+    }
+    PyObject *epoch = FIELD(state, at_st_epoch);
+    if (epoch == NULL || (epoch != Py_None && ((PyObject *)Py_TYPE(epoch) != lp_moment_type
+                                               || FIELD(epoch, at_m_owner) != lp_torch))) {
+        return WORK_OTHER;
+    }
+    return WORK_STEP;
+}
+
+/* The current span of this thread's OTel context (borrowed; NULL: none, or not a dict). */
+static PyObject *
+current_here(void)
+{
+    PyObject *context = NULL;
+    if (PyContextVar_Get(sh_context_var, NULL, &context) < 0 || context == NULL
+        || !PyDict_Check(context)) {
+        Py_XDECREF(context);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *span = PyDict_GetItemWithError(context, sh_span_key);
+    Py_DECREF(context); /* (the context var holds it, and the context holds the span) */
+    PyErr_Clear();
+    return span;
+}
+
+/* TorchLoop._begin_training_step for the one batch waiting (work_kind's WORK_STEP):
+ * training.begin_step(TORCH, fetches=[it]) on its common path, the step under the current
+ * span (the epoch) from the fetch's start, its CPU time from where the last step ended.
+ * 1 begun, 0 not that path (nothing done: the Python's), -1 an error. */
+static int
+begin_next_step(PyObject *rec, PyObject *state)
+{
+    PyObject *fetch = PyList_GET_ITEM(sh_pending, 0);
+    int ok = 1;
+    long long start = int_field(fetch, at_f_start, &ok);
+    long long last = int_field(state, at_st_last_step_end, &ok);
+    long long boundary = int_field(state, at_st_boundary_ns, &ok);
+    if (start < last) {
+        start = last; /* steps never overlap */
+    }
+    if (!ok || start != boundary || PyList_GET_SIZE(sh_open) > 0) {
+        return 0; /* a step not measured from the last one's end: resources.cpu_mark's */
+    }
+    PyObject *here = current_here();
+    if (here == NULL || (PyObject *)Py_TYPE(here) != sh_scope_span) {
+        return 0;
+    }
+    Py_INCREF(here); /* (held while the step opens: the context var moves on) */
+    PyObject *end_time = PyObject_GenericGetAttr(here, str_end_time);
+    PyObject *start_time = end_time == NULL ? NULL : PyObject_GenericGetAttr(here, str_start_time);
+    long long here_start = start_time != NULL && PyLong_CheckExact(start_time)
+                               ? PyLong_AsLongLong(start_time) : 0;
+    ok = end_time == Py_None && start_time != NULL && here_start <= start;
+    Py_XDECREF(end_time);
+    Py_XDECREF(start_time);
+    int enabled = ok ? attribute_true(rec, str_enabled) : 0;
+    PyObject *settings = enabled > 0 ? PyObject_GetAttr(rec, str_settings) : NULL;
+    PyObject *sampling = settings == NULL ? NULL : PyObject_GetAttr(settings, str_step_sampling);
+    Py_XDECREF(settings);
+    Py_XDECREF(sampling);
+    if (sampling != Py_None) {
+        PyErr_Clear();
+        Py_DECREF(here);
+        return 0; /* off, or steps sampled: the Python's */
+    }
+    /* The common path: from here on, what begin_step does. */
+    unsigned long thread = PyThread_get_thread_ident();
+    PyObject *known = FIELD(lp_loop, at_loop_thread);
+    if (known == NULL || known == Py_None || PyLong_AsUnsignedLong(known) != thread) {
+        PyErr_Clear();
+        PyObject *id = PyLong_FromUnsignedLong(thread);
+        if (id == NULL) {
+            Py_DECREF(here);
+            return -1;
+        }
+        SET_FIELD(lp_loop, at_loop_thread, id);
+    }
+    Py_INCREF(fetch);
+    if (PyList_SetSlice(sh_pending, 0, 1, NULL) < 0) { /* training.take_fetches() */
+        Py_DECREF(fetch);
+        Py_DECREF(here);
+        return -1;
+    }
+    PyObject *lock = FIELD(state, at_st_lock);
+    if (lock == NULL || lock_call(lock, str_acquire) < 0) {
+        Py_DECREF(fetch);
+        Py_DECREF(here);
+        if (lock == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "the training state has no lock");
+        }
+        return -1;
+    }
+    int result = -1;
+    PyObject *index = NULL, *next = NULL, *attributes = NULL, *start_ns = NULL, *opened = NULL;
+    PyObject *moment = NULL, *one = PyLong_FromLong(1);
+    index = Py_XNewRef(FIELD(state, at_st_next_step));
+    if (one == NULL || index == NULL || (next = PyNumber_Add(index, one)) == NULL) {
+        goto done;
+    }
+    SET_FIELD(state, at_st_next_step, next);
+    attributes = PyDict_New();
+    start_ns = PyLong_FromLongLong(start);
+    if (attributes == NULL || start_ns == NULL
+        || PyDict_SetItem(attributes, nm_index, index) < 0) {
+        goto done;
+    }
+    PyObject *call[4] = {rec, nm_step, attributes, start_ns};
+    opened = open_on(NULL, call, 4, NULL);
+    if (opened == NULL) {
+        goto done;
+    }
+    PyTypeObject *type = (PyTypeObject *)lp_moment_type;
+    moment = type->tp_alloc(type, 0);
+    if (moment == NULL) {
+        goto done;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) {
+        goto done;
+    }
+    PyObject *cpu = FIELD(state, at_st_boundary);
+    SET_FIELD(moment, at_m_owner, Py_NewRef(lp_torch));
+    SET_FIELD(moment, at_m_opened, Py_NewRef(opened));
+    SET_FIELD(moment, at_m_index, Py_NewRef(index));
+    SET_FIELD(moment, at_m_parent, Py_NewRef(here));
+    SET_FIELD(moment, at_m_complete, Py_NewRef(Py_False));
+    SET_FIELD(moment, at_m_loop, Py_NewRef(Py_None));
+    SET_FIELD(moment, at_m_fallback, Py_NewRef(Py_False));
+    SET_FIELD(moment, at_m_steps, Py_NewRef(zero));
+    SET_FIELD(moment, at_m_boundary_done, Py_NewRef(Py_False));
+    SET_FIELD(moment, at_m_encloses, Py_NewRef(Py_False));
+    SET_FIELD(moment, at_m_batches, zero);
+    SET_FIELD(moment, at_m_cpu, Py_NewRef(cpu != NULL ? cpu : Py_None));
+    if (cpu != NULL && cpu != Py_None) { /* measured from where the last step ended */
+        SET_FIELD(state, at_st_measured, Py_XNewRef(FIELD(state, at_st_boundary_ns)));
+    }
+    SET_FIELD(state, at_st_step, Py_NewRef(moment));
+    PyObject *epoch = FIELD(state, at_st_epoch);
+    if (epoch != NULL && epoch != Py_None && increment(epoch, at_m_steps) < 0) {
+        goto done;
+    }
+    PyObject *epoch_opened = epoch != NULL && epoch != Py_None ? FIELD(epoch, at_m_opened) : NULL;
+    PyObject *epoch_span = epoch_opened != NULL && PyTuple_Check(epoch_opened)
+                               && PyTuple_GET_SIZE(epoch_opened) > 0
+                               ? PyTuple_GET_ITEM(epoch_opened, 0) : NULL;
+    if (here != epoch_span) { /* a user's scope around a manual loop */
+        if (PySet_Add(lp_enclosing, here) < 0) {
+            goto done;
+        }
+        SET_FIELD(moment, at_m_encloses, Py_NewRef(Py_True));
+    }
+    /* training.record_fetches([fetch], step span): its data_load span, inside */
+    PyObject *span = PyTuple_CheckExact(opened) && PyTuple_GET_SIZE(opened) == 3
+                         ? PyTuple_GET_ITEM(opened, 0) : NULL;
+    PyObject *lean = PyObject_GetAttr(rec, str_lean);
+    if (lean == NULL) {
+        goto done;
+    }
+    PyObject *no_attributes = PyDict_New();
+    if (no_attributes == NULL) {
+        Py_DECREF(lean);
+        goto done;
+    }
+    if (span != NULL && (PyObject *)Py_TYPE(span) == sh_scope_span && lean != Py_None) {
+        PyObject *fields[7] = {nm_data_load, span, no_attributes, Py_None,
+                               FIELD(fetch, at_f_start), FIELD(fetch, at_f_end), Py_None};
+        result = finished_impl(fields) < 0 ? -1 : 1;
+    }
+    else { /* an SDK span (a custom sampler): hook_spans.record_on, in Python */
+        PyObject *args[6] = {span != NULL ? span : Py_None, nm_data_load, no_attributes,
+                             FIELD(fetch, at_f_start), FIELD(fetch, at_f_end), Py_None};
+        PyObject *done = PyObject_Vectorcall(lp_record_on, args, 6, NULL);
+        result = done == NULL ? -1 : 1;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(lean);
+    Py_DECREF(no_attributes);
+done:
+    Py_XDECREF(one);
+    Py_XDECREF(index);
+    Py_XDECREF(attributes);
+    Py_XDECREF(start_ns);
+    Py_XDECREF(opened);
+    Py_XDECREF(moment);
+    Py_DECREF(fetch);
+    Py_DECREF(here);
+    if (lock_call(lock, str_release) < 0) {
+        result = -1;
+    }
+    return result;
+}
+
+/* The training work a hook reports, on its common path (work_kind): 1 done, 0 the Python
+ * hook's (nothing done), -1 an error (the guard's). */
+static int
+training_work_plain(void)
+{
+    PyObject *rec = NULL;
+    PyObject *state = training_state_now(&rec);
+    if (state == NULL) {
+        return 0;
+    }
+    int kind = work_kind(state);
+    int result = kind == WORK_NONE ? 1 : kind == WORK_STEP ? begin_next_step(rec, state) : 0;
+    Py_DECREF(state);
+    Py_DECREF(rec);
+    return result;
+}
+
+/* The arguments of a torch module's call, their names and kinds, for begin_impl's span. */
+static PyObject *
+forward_attributes(PyObject *entry)
+{
+    PyObject *attributes = PyDict_New();
+    if (attributes == NULL || PyDict_SetItem(attributes, nm_mode, nm_mode_train) < 0
+        || PyDict_SetItem(attributes, nm_module, PyTuple_GET_ITEM(entry, 1)) < 0
+        || (PyTuple_GET_ITEM(entry, 2) != Py_None
+            && PyDict_SetItem(attributes, nm_wrapper, PyTuple_GET_ITEM(entry, 2)) < 0)) {
+        Py_XDECREF(attributes);
+        return NULL;
+    }
+    return attributes;
+}
+
+/* A model's outermost call in train mode with gradients on, as torch_modules._forward_call
+ * makes it (NULL with no error: not that call, the Python's): the loop told, a forward span
+ * around the call. */
+static PyObject *
+forward_fast(ModuleCall *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (self->plain == NULL || !loop_configured()) {
+        return NULL;
+    }
+    PyObject *module = args[0];
+    PyObject *key = PyLong_FromVoidPtr(module);
+    PyObject *entry = key == NULL ? NULL : PyDict_GetItemWithError(lp_seen_models, key);
+    Py_XDECREF(key);
+    PyObject *running = PyList_GET_SIZE(lp_backward_running) > 0
+                            ? PyList_GET_ITEM(lp_backward_running, 0) : NULL;
+    PyObject *is_grad = PyList_GET_SIZE(lp_grad_enabled) > 0
+                            ? PyList_GET_ITEM(lp_grad_enabled, 0) : NULL;
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3
+        || running == NULL || PyObject_IsTrue(running) != 0 || is_grad == NULL
+        || is_grad == Py_None) {
+        PyErr_Clear(); /* a model not seen yet, activation checkpointing's recomputation */
+        return NULL;
+    }
+    PyObject *training = PyObject_GenericGetAttr(module, str_training);
+    Py_XDECREF(training);
+    PyObject *grad = training == Py_True ? PyObject_CallNoArgs(is_grad) : NULL;
+    Py_XDECREF(grad);
+    if (grad != Py_True) {
+        PyErr_Clear();
+        return NULL; /* eval mode, or no gradients: TorchLoop.evaluation_work's */
+    }
+    Py_INCREF(entry);
+    PyObject *hook = NULL;
+    int work = training_work_plain();
+    if (work == 0) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    if (work > 0) {
+        PyObject *attributes = forward_attributes(entry);
+        hook = attributes == NULL ? NULL : begin_impl(nm_forward, attributes, 1);
+        Py_XDECREF(attributes);
+    }
+    Py_DECREF(entry);
+    if (hook == NULL) {
+        if (guard() < 0) {
+            return NULL;
+        }
+        hook = Py_NewRef(Py_None); /* the guard caught it: the call runs, with no span */
+    }
+    inside_forward = 1;
+    PyObject *result = inner_call(self, args, nargs, kwnames);
+    inside_forward = 0;
+    if (result == NULL) {
+        if (hook != Py_None) {
+            tell_failure(lp_forward_failed, hook);
+        }
+        Py_DECREF(hook);
+        return NULL;
+    }
+    if (hook != Py_None) {
+        PyObject *ended = hook_end(NULL, &hook, 1, NULL);
+        if (ended == NULL && guard() < 0) {
+            Py_DECREF(result);
+            result = NULL;
+        }
+        Py_XDECREF(ended);
+    }
+    Py_DECREF(hook);
+    return result;
+}
+
+/* -- the hook objects: the fetch, the backward, the optimizer's pre and post hooks ------ */
+
+enum { FETCH_NEXT, BACKWARD, OPTIMIZER_PRE, OPTIMIZER_POST };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *pure;     /* the pure-Python hook (first: PureHead), which runs anything else */
+    PyObject *original; /* what it wraps (torch's __next__, torch.autograd.backward), or None */
+    int which;
+    vectorcallfunc vectorcall;
+} LoopHookObject;
+_Static_assert(offsetof(LoopHookObject, pure) == offsetof(PureHead, pure),
+               "LoopHook starts as PureHead");
+
+/* _BaseDataLoaderIter.__next__ (torch_data.make_next's): NULL with no error: the pure one's. */
+static PyObject *
+fetch_next(LoopHookObject *self, PyObject *iterator)
+{
+    PyObject *depth = PyList_GET_SIZE(lp_outer_fetch) > 0 ? PyList_GET_ITEM(lp_outer_fetch, 0) : NULL;
+    if (depth == NULL || PyObject_IsTrue(depth) != 0) {
+        PyErr_Clear();
+        return NULL; /* inside a subclass's own iterator: timed there */
+    }
+    PyObject *pass = PyObject_GenericGetAttr(iterator, lp_pass_attribute);
+    if (pass == NULL || (PyObject *)Py_TYPE(pass) != lp_pass_type) {
+        Py_XDECREF(pass);
+        PyErr_Clear();
+        return NULL; /* a pass's first fetch */
+    }
+    PyObject *state = training_state_now(NULL);
+    int begin = state == NULL ? BEGIN_OTHER : fetch_begin_kind(pass, state);
+    PyObject *started = begin == BEGIN_OTHER ? NULL : PyObject_CallNoArgs(sh_time_ns);
+    if (started == NULL) {
+        Py_XDECREF(state);
+        Py_DECREF(pass);
+        PyErr_Clear();
+        return NULL;
+    }
+    if (begin == BEGIN_CLOSE) { /* training.end_step(TORCH, end_ns=started) */
+        PyObject *step = Py_NewRef(FIELD(state, at_st_step));
+        int closed = close_plain_step(state, step, started);
+        Py_DECREF(step);
+        if (closed == 0) {
+            PyObject *call[3] = {lp_torch, Py_None, started};
+            PyObject *done = PyObject_Vectorcall(lp_end_step, call, 3, NULL);
+            closed = done == NULL ? -1 : 1;
+            Py_XDECREF(done);
+        }
+        if (closed < 0 && guard() < 0) {
+            Py_DECREF(state);
+            Py_DECREF(pass);
+            Py_DECREF(started);
+            return NULL;
+        }
+    }
+    Py_DECREF(state);
+    PyObject *item = PyObject_CallOneArg(self->original, iterator);
+    if (item == NULL) { /* dry, or it raised: TorchLoop.fetch_ends, in Python */
+        if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyObject *call[3] = {pass, started, lp_exhausted};
+            PyObject *done = PyObject_Vectorcall(lp_fetch_ends, call, 3, NULL);
+            if (done == NULL) {
+                PyErr_Clear();
+            }
+            Py_XDECREF(done);
+            PyErr_Restore(type, value, traceback);
+        }
+        else if (PyErr_ExceptionMatches(PyExc_Exception)) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            if (traceback != NULL && value != NULL) {
+                PyException_SetTraceback(value, traceback);
+            }
+            PyObject *call[3] = {pass, started, value != NULL ? value : Py_None};
+            PyObject *done = PyObject_Vectorcall(lp_fetch_ends, call, 3, NULL);
+            if (done == NULL) {
+                PyErr_Clear();
+            }
+            Py_XDECREF(done);
+            PyErr_Restore(type, value, traceback);
+        }
+        Py_DECREF(pass);
+        Py_DECREF(started);
+        return NULL;
+    }
+    int ended = fetch_end_plain(pass, started);
+    if (ended == 0) {
+        PyObject *call[3] = {pass, started, Py_None};
+        PyObject *done = PyObject_Vectorcall(lp_fetch_ends, call, 3, NULL);
+        ended = done == NULL ? -1 : 1;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(pass);
+    Py_DECREF(started);
+    if (ended < 0 && guard() < 0) {
+        Py_DECREF(item);
+        return NULL;
+    }
+    return item;
+}
+
+/* torch.autograd.backward (torch_modules.make_backward's) inside the open step, which an
+ * optimizer step ends: NULL with no error: the pure one's. */
+static PyObject *
+backward_fast(LoopHookObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *buckets = PyList_GET_SIZE(lp_buckets) > 0 ? PyList_GET_ITEM(lp_buckets, 0) : NULL;
+    if (buckets == NULL || PyObject_IsTrue(buckets) != 0
+        || FIELD(lp_loop, at_loop_optimizer) != Py_True) {
+        PyErr_Clear();
+        return NULL; /* DDP's buckets inside, or a loop whose backward ends its step */
+    }
+    int work = training_work_plain();
+    if (work == 0) {
+        return NULL;
+    }
+    PyObject *hook = NULL; /* (work < 0: an error is set, for the guard below) */
+    if (work > 0) {
+        PyObject *attributes = PyDict_New();
+        hook = attributes == NULL ? NULL : begin_impl(nm_backward, attributes, 1);
+        Py_XDECREF(attributes);
+    }
+    if (hook == NULL) {
+        if (guard() < 0) {
+            return NULL;
+        }
+        hook = Py_NewRef(Py_None);
+    }
+    /* backward_running: [depth, thread], as the pure hook sets it */
+    PyObject *depth = PyList_GET_ITEM(lp_backward_running, 0);
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *deeper = one == NULL ? NULL : PyNumber_Add(depth, one);
+    PyObject *thread = deeper == NULL ? NULL : PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (thread == NULL) {
+        Py_XDECREF(one);
+        Py_XDECREF(deeper);
+        Py_DECREF(hook);
+        return NULL;
+    }
+    if (PyList_SetItem(lp_backward_running, 0, deeper) < 0
+        || PyList_SetItem(lp_backward_running, 1, thread) < 0) { /* (each steals its item) */
+        Py_DECREF(one);
+        Py_DECREF(hook);
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* (kept while the depth goes back down) */
+    depth = PyList_GET_ITEM(lp_backward_running, 0);
+    PyObject *back = PyNumber_Subtract(depth, one);
+    Py_DECREF(one);
+    if (back == NULL || PyList_SetItem(lp_backward_running, 0, back) < 0) {
+        PyErr_Clear();
+    }
+    PyErr_Restore(type, value, traceback);
+    if (result == NULL) {
+        tell_failure(lp_backward_failed, hook);
+        Py_DECREF(hook);
+        return NULL;
+    }
+    if (hook != Py_None) {
+        PyObject *ended = hook_end(NULL, &hook, 1, NULL);
+        if (ended == NULL && guard() < 0) {
+            Py_DECREF(result);
+            result = NULL;
+        }
+        Py_XDECREF(ended);
+    }
+    Py_DECREF(hook);
+    return result;
+}
+
+/* torch_optim.before_optimizer_step(optimizer, args, kwargs) for optimizer.step() with no
+ * closure, inside the open step: 1 done, 0 the pure hook's (nothing done), -1 an error. */
+static int
+optimizer_pre_fast(PyObject *optimizer, PyObject *args, PyObject *kwargs)
+{
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1 || !PyDict_Check(kwargs)
+        || PyDict_GET_SIZE(kwargs) != 0 || FIELD(lp_loop, at_loop_optimizer) != Py_True) {
+        return 0;
+    }
+    PyObject *key = PyLong_FromVoidPtr(optimizer);
+    if (key == NULL) {
+        return -1;
+    }
+    int stale = PyDict_Contains(lp_optimizer_spans, key);
+    if (stale != 0) { /* the last step() raised, and was caught: the pure hook ends its span */
+        Py_DECREF(key);
+        return stale < 0 ? -1 : 0;
+    }
+    PyObject *rec = NULL;
+    PyObject *state = training_state_now(&rec);
+    int kind = state == NULL ? WORK_OTHER : work_kind(state);
+    Py_XDECREF(state);
+    Py_XDECREF(rec);
+    if (kind != WORK_NONE) {
+        Py_DECREF(key);
+        return 0;
+    }
+    int result = -1;
+    PyObject *attributes = NULL, *name = NULL, *hook = NULL;
+    if (increment(lp_loop, at_loop_steps) < 0) { /* TorchLoop.optimizer_stepping */
+        goto done;
+    }
+    name = PyType_GetName(Py_TYPE(optimizer));
+    attributes = name == NULL ? NULL : PyDict_New();
+    if (attributes == NULL || PyDict_SetItem(attributes, nm_optimizer, name) < 0) {
+        goto done;
+    }
+    hook = begin_impl(nm_optimizer_step, attributes, 1);
+    if (hook == NULL) {
+        goto done;
+    }
+    result = hook == Py_None || PyDict_SetItem(lp_optimizer_spans, key, hook) == 0 ? 1 : -1;
+done:
+    Py_DECREF(key);
+    Py_XDECREF(name);
+    Py_XDECREF(attributes);
+    Py_XDECREF(hook);
+    return result;
+}
+
+/* loop_frames.position(frame, users) when this step ends where the last one did (the same
+ * code called from the same point of the same frame): its last answer, as position's own
+ * first test gives it (a new reference); NULL with no error: position's, in Python. */
+static PyObject *
+position_again(PyFrameObject *frame)
+{
+    PyObject *last = PyDict_GetItemWithError(lp_last_positions, lp_users);
+    if (last == NULL || !PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 3) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *found = PyTuple_GET_ITEM(last, 2);
+    if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 4) {
+        return NULL;
+    }
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    int same = (PyObject *)code == PyTuple_GET_ITEM(last, 0);
+    Py_DECREF(code);
+    PyFrameObject *caller = same ? PyFrame_GetBack(frame) : NULL;
+    if (caller == NULL) {
+        return NULL;
+    }
+    PyCodeObject *caller_code = PyFrame_GetCode(caller);
+    same = PyLong_AsVoidPtr(PyTuple_GET_ITEM(found, 0)) == (void *)caller
+           && (PyObject *)caller_code == PyTuple_GET_ITEM(found, 1)
+           && PyLong_AsLong(PyTuple_GET_ITEM(last, 1)) == PyFrame_GetLasti(caller);
+    Py_DECREF(caller_code);
+    Py_DECREF(caller);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return same ? Py_NewRef(found) : NULL;
+}
+
+/* torch_optim.after_optimizer_step(optimizer, args, kwargs), whole: its span ends, and the
+ * open step of the torch hooks has done its work (TorchLoop.optimizer_stepped, from the
+ * frame that called the hook: torch's wrapper around the user's step()). 0, or -1. */
+static int
+optimizer_post(PyObject *optimizer)
+{
+    PyObject *key = PyLong_FromVoidPtr(optimizer);
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *hook = PyDict_GetItemWithError(lp_optimizer_spans, key);
+    Py_XINCREF(hook);
+    int result = hook == NULL ? (PyErr_Occurred() ? -1 : 0) : PyDict_DelItem(lp_optimizer_spans, key);
+    Py_DECREF(key);
+    if (hook != NULL && result == 0) {
+        PyObject *ended = hook_end(NULL, &hook, 1, NULL);
+        result = ended == NULL ? -1 : 0;
+        Py_XDECREF(ended);
+    }
+    Py_XDECREF(hook);
+    if (result < 0) {
+        return -1;
+    }
+    PyObject *state = training_state_now(NULL);
+    if (state == NULL) {
+        return 0;
+    }
+    PyObject *step = FIELD(state, at_st_step);
+    if (step == NULL || (PyObject *)Py_TYPE(step) != lp_moment_type
+        || FIELD(step, at_m_owner) != lp_torch) {
+        Py_DECREF(state);
+        return 0;
+    }
+    PyFrameObject *frame = PyEval_GetFrame();
+    PyObject *loop = frame == NULL ? NULL : position_again(frame);
+    if (loop == NULL && !PyErr_Occurred()) {
+        PyObject *call[2] = {frame != NULL ? (PyObject *)frame : Py_None, lp_users};
+        loop = PyObject_Vectorcall(lp_position, call, 2, NULL);
+    }
+    if (loop == NULL) {
+        Py_DECREF(state);
+        return -1;
+    }
+    step = FIELD(state, at_st_step); /* training.complete_step(TORCH, loop): read again */
+    if (step != NULL && (PyObject *)Py_TYPE(step) == lp_moment_type
+        && FIELD(step, at_m_owner) == lp_torch) {
+        SET_FIELD(step, at_m_complete, Py_NewRef(Py_True));
+        SET_FIELD(step, at_m_loop, Py_NewRef(loop));
+        PyObject *opened = FIELD(step, at_m_opened);
+        if (loop != Py_None && opened != NULL && PyTuple_Check(opened)
+            && PyTuple_GET_SIZE(opened) > 0 && PyList_GET_SIZE(sh_completed) >= 2) {
+            if (PyList_SetItem(sh_completed, 0, Py_NewRef(PyTuple_GET_ITEM(opened, 0))) < 0
+                || PyList_SetItem(sh_completed, 1, Py_NewRef(loop)) < 0) {
+                result = -1;
+            }
+        }
+    }
+    Py_DECREF(loop);
+    Py_DECREF(state);
+    return result;
+}
+
+static PyObject *
+loop_hook_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    LoopHookObject *self = (LoopHookObject *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (loop_configured()) {
+        if (self->which == FETCH_NEXT && nargs == 1 && kwnames == NULL) {
+            PyObject *item = fetch_next(self, args[0]);
+            if (item != NULL || PyErr_Occurred()) {
+                return item;
+            }
+        }
+        else if (self->which == BACKWARD) {
+            PyObject *result = backward_fast(self, args, nargsf, kwnames);
+            if (result != NULL || PyErr_Occurred()) {
+                return result;
+            }
+        }
+        else if (self->which >= OPTIMIZER_PRE && nargs == 3 && kwnames == NULL) {
+            int done = self->which == OPTIMIZER_PRE ? optimizer_pre_fast(args[0], args[1], args[2])
+                                                    : (optimizer_post(args[0]) < 0 ? -1 : 1);
+            if (done < 0 && guard() < 0) {
+                return NULL;
+            }
+            if (done != 0) { /* (done, or the guard caught a failure: as the pure hook does) */
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    return PyObject_Vectorcall(self->pure, args, nargsf, kwnames);
+}
+
+static PyObject *
+loop_hook_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    int which;
+    PyObject *original, *pure;
+    static char *names[] = {"which", "original", "pure", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOO", names, &which, &original, &pure)) {
+        return NULL;
+    }
+    if (which < FETCH_NEXT || which > OPTIMIZER_POST || !PyCallable_Check(pure)
+        || (which <= BACKWARD && !PyCallable_Check(original))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "which must be 0 to 3, pure a callable, and original one for 0 and 1");
+        return NULL;
+    }
+    LoopHookObject *self = (LoopHookObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->which = which;
+    self->pure = Py_NewRef(pure);
+    self->original = Py_NewRef(original);
+    self->vectorcall = loop_hook_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+loop_hook_traverse(LoopHookObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->pure);
+    Py_VISIT(self->original);
+    return 0;
+}
+
+static int
+loop_hook_clear(LoopHookObject *self)
+{
+    Py_CLEAR(self->pure);
+    Py_CLEAR(self->original);
+    return 0;
+}
+
+static void
+loop_hook_dealloc(LoopHookObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    loop_hook_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Looked up on an iterator (iterator.__next__): a bound method, as for a function. */
+static PyObject *
+loop_hook_get(PyObject *self, PyObject *instance, PyObject *owner)
+{
+    if (instance == NULL || instance == Py_None || ((LoopHookObject *)self)->which != FETCH_NEXT) {
+        return Py_NewRef(self);
+    }
+    return PyMethod_New(self, instance);
+}
+
+/* What the pure hook wraps (torch's own function), as the pure hook's __wrapped__ says. */
+static PyObject *
+loop_hook_wrapped(LoopHookObject *self, void *closure)
+{
+    if (self->original == Py_None) {
+        return pure_attribute((PureHead *)self, "__wrapped__");
+    }
+    return Py_NewRef(self->original);
+}
+
+static PyGetSetDef loop_hook_getset[] = {
+    {"__wrapped__", (getter)loop_hook_wrapped, NULL, "what the hook wraps", NULL},
+    {"__name__", (getter)pure_attribute, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)pure_attribute, NULL, NULL, "__qualname__"},
+    {"__module__", (getter)pure_attribute, NULL, NULL, "__module__"},
+    {"__doc__", (getter)pure_attribute, NULL, NULL, "__doc__"},
+    {"pure", (getter)pure_wrapped, NULL, "the pure-Python hook", NULL},
+    {NULL},
+};
+
+static PyTypeObject LoopHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cirron.recording._hot.LoopHook",
+    .tp_doc = "LoopHook(which, original, pure): a torch hook of the step cycle, compiled: "
+              "_BaseDataLoaderIter.__next__ (0), torch.autograd.backward (1), the optimizer "
+              "step's pre (2) and post (3) hooks; pure runs all but the common path.",
+    .tp_basicsize = sizeof(LoopHookObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = loop_hook_new,
+    .tp_traverse = (traverseproc)loop_hook_traverse,
+    .tp_clear = (inquiry)loop_hook_clear,
+    .tp_dealloc = (destructor)loop_hook_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(LoopHookObject, vectorcall),
+    .tp_descr_get = loop_hook_get,
+    .tp_getset = loop_hook_getset,
+};
+
+/* configure_loop(parts): what the step cycle works with, by name (see the names below). */
+static PyObject *
+configure_loop(PyObject *module, PyObject *parts)
+{
+    if (!PyDict_Check(parts)) {
+        PyErr_SetString(PyExc_TypeError, "configure_loop() takes a dict of its parts");
+        return NULL;
+    }
+    struct {
+        const char *name;
+        PyObject **kept;
+    } wanted[] = {
+        {"loop", &lp_loop}, {"torch", &lp_torch}, {"training", &lp_training},
+        {"exhausted", &lp_exhausted}, {"loader_pass", &lp_pass_type}, {"fetch", &lp_fetch_type},
+        {"moment", &lp_moment_type}, {"state", &lp_state_type}, {"outer_fetch", &lp_outer_fetch},
+        {"pass_attribute", &lp_pass_attribute}, {"fetch_ends", &lp_fetch_ends},
+        {"end_step", &lp_end_step}, {"record_on", &lp_record_on}, {"position", &lp_position},
+        {"users", &lp_users}, {"last_positions", &lp_last_positions},
+        {"enclosing", &lp_enclosing}, {"report", &lp_report},
+        {"site", &lp_site}, {"seen_models", &lp_seen_models},
+        {"backward_running", &lp_backward_running}, {"grad_enabled", &lp_grad_enabled},
+        {"buckets", &lp_buckets}, {"forward_failed", &lp_forward_failed},
+        {"backward_failed", &lp_backward_failed}, {"optimizer_spans", &lp_optimizer_spans},
+        {"names", &lp_names},
+    };
+    size_t count = sizeof(wanted) / sizeof(wanted[0]);
+    PyObject *found[sizeof(wanted) / sizeof(wanted[0])];
+    for (size_t i = 0; i < count; i++) {
+        found[i] = PyDict_GetItemString(parts, wanted[i].name);
+        if (found[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "configure_loop() needs %s", wanted[i].name);
+            return NULL;
+        }
+    }
+    PyObject *max_waiting = PyDict_GetItemString(parts, "max_waiting");
+    Py_ssize_t waiting = max_waiting == NULL ? -1 : PyLong_AsSsize_t(max_waiting);
+    if (waiting <= 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "configure_loop() needs max_waiting, a positive int");
+        return NULL;
+    }
+    PyObject *names = found[count - 1];
+    struct {
+        const char *name;
+        PyObject **kept;
+    } named[] = {
+        {"step", &nm_step}, {"index", &nm_index}, {"data_load", &nm_data_load},
+        {"forward", &nm_forward}, {"backward", &nm_backward},
+        {"optimizer_step", &nm_optimizer_step}, {"mode", &nm_mode},
+        {"mode_train", &nm_mode_train}, {"module", &nm_module}, {"wrapper", &nm_wrapper},
+        {"optimizer", &nm_optimizer},
+    };
+    size_t name_count = sizeof(named) / sizeof(named[0]);
+    for (size_t i = 0; i < name_count; i++) {
+        PyObject *text = PyDict_Check(names) ? PyDict_GetItemString(names, named[i].name) : NULL;
+        if (text == NULL || !PyUnicode_Check(text)) {
+            PyErr_Format(PyExc_TypeError, "configure_loop()'s names need %s", named[i].name);
+            return NULL;
+        }
+    }
+    /* The slots read by offset: a class without one of them is refused here, not read. */
+    struct {
+        size_t type;
+        const char *slot;
+        Py_ssize_t *at;
+    } slots[] = {
+        {0, "held", &at_loop_held}, {0, "evaluation_pass", &at_loop_evaluation},
+        {0, "training_thread", &at_loop_thread}, {0, "has_optimizer", &at_loop_optimizer},
+        {0, "optimizer_steps", &at_loop_steps}, {0, "epoch_passes", &at_loop_passes},
+        {0, "dry", &at_loop_dry},
+        {4, "role", &at_pass_role}, {4, "batches", &at_pass_batches},
+        {7, "epoch", &at_st_epoch}, {7, "step", &at_st_step}, {7, "next_step", &at_st_next_step},
+        {7, "detail", &at_st_detail}, {7, "passes", &at_st_passes},
+        {7, "last_step_end_ns", &at_st_last_step_end}, {7, "boundary", &at_st_boundary},
+        {7, "boundary_ns", &at_st_boundary_ns}, {7, "measure_every_ns", &at_st_measure_every},
+        {7, "measured_ns", &at_st_measured}, {7, "holders", &at_st_holders},
+        {7, "lock", &at_st_lock},
+        {6, "owner", &at_m_owner}, {6, "opened", &at_m_opened}, {6, "index", &at_m_index},
+        {6, "parent", &at_m_parent}, {6, "complete", &at_m_complete}, {6, "loop", &at_m_loop},
+        {6, "fallback", &at_m_fallback}, {6, "steps", &at_m_steps},
+        {6, "boundary_done", &at_m_boundary_done}, {6, "encloses", &at_m_encloses},
+        {6, "batches", &at_m_batches}, {6, "cpu", &at_m_cpu},
+        {5, "start_ns", &at_f_start}, {5, "end_ns", &at_f_end}, {5, "error", &at_f_error},
+        {5, "source", &at_f_source},
+    };
+    size_t slot_count = sizeof(slots) / sizeof(slots[0]);
+    Py_ssize_t offsets[sizeof(slots) / sizeof(slots[0])];
+    for (size_t i = 0; i < slot_count; i++) {
+        PyObject *type = slots[i].type == 0 ? (PyObject *)Py_TYPE(found[0]) : found[slots[i].type];
+        if (!PyType_Check(type)) {
+            PyErr_Format(PyExc_TypeError, "configure_loop()'s %s must be a class",
+                         wanted[slots[i].type].name);
+            return NULL;
+        }
+        offsets[i] = slot_offset(type, slots[i].slot);
+        if (offsets[i] < 0) {
+            return NULL;
+        }
+    }
+    if (!PyList_Check(found[8]) || !PyList_Check(found[20]) || !PyList_Check(found[21])
+        || !PyList_Check(found[22]) || !PyDict_Check(found[19]) || !PyDict_Check(found[25])
+        || !PySet_Check(found[16]) || !PyDict_Check(found[15])) {
+        PyErr_SetString(PyExc_TypeError, "configure_loop(): outer_fetch, backward_running, "
+                        "grad_enabled and buckets are lists, seen_models, optimizer_spans and "
+                        "last_positions dicts, enclosing a set");
+        return NULL;
+    }
+    for (size_t i = 0; i < count; i++) {
+        Py_XSETREF(*wanted[i].kept, Py_NewRef(found[i]));
+    }
+    for (size_t i = 0; i < name_count; i++) {
+        Py_XSETREF(*named[i].kept, Py_NewRef(PyDict_GetItemString(names, named[i].name)));
+    }
+    for (size_t i = 0; i < slot_count; i++) {
+        *slots[i].at = offsets[i];
+    }
+    lp_max_waiting = waiting;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef hot_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, recorder, pending, open, completed, context_var, span_key, scope_span, "
@@ -2451,6 +3731,9 @@ static PyMethodDef hot_methods[] = {
      "open_hook(name, attributes): cirron.instrumentors.torch_spans.open_hook, compiled."},
     {"end", (PyCFunction)(void (*)(void))hook_end, METH_FASTCALL | METH_KEYWORDS,
      "end(hook, error=None): cirron.recording.hook_spans.end, compiled."},
+    {"configure_loop", (PyCFunction)configure_loop, METH_O,
+     "configure_loop(parts): what the compiled step cycle of a plain torch loop works with "
+     "(cirron.instrumentors.torch)."},
     {"finished", (PyCFunction)(void (*)(void))hook_finished, METH_FASTCALL,
      "finished(name, parent, attributes, context, start_ns, end_ns, deferred): "
      "cirron.recording.hook_spans._finished, compiled."},
@@ -2496,6 +3779,8 @@ PyInit__hot(void)
         {&str_evictions, "evictions"}, {&str_deferred, "_deferred"},
         {&str_head_method, "_head"}, {&str_name_method, "_name"}, {&str_parent_method, "_parent"},
         {&str_links, "_links"}, {&str_status, "_status"}, {&str_dropped_events, "_dropped_events"},
+        {&str_acquire, "acquire"}, {&str_release, "release"}, {&str_settings, "settings"},
+        {&str_step_sampling, "step_sampling"},
     };
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {
         *interned[i].name = PyUnicode_InternFromString(interned[i].text);
@@ -2504,7 +3789,8 @@ PyInit__hot(void)
         }
     }
     if (PyType_Ready(&ModuleCallType) < 0 || PyType_Ready(&HookSpanType) < 0
-        || PyType_Ready(&MarkType) < 0 || PyType_Ready(&TwinType) < 0) {
+        || PyType_Ready(&MarkType) < 0 || PyType_Ready(&TwinType) < 0
+        || PyType_Ready(&LoopHookType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&hot_module);
@@ -2537,6 +3823,12 @@ PyInit__hot(void)
     Py_INCREF(&MarkType);
     if (PyModule_AddObject(module, "Mark", (PyObject *)&MarkType) < 0) {
         Py_DECREF(&MarkType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&LoopHookType);
+    if (PyModule_AddObject(module, "LoopHook", (PyObject *)&LoopHookType) < 0) {
+        Py_DECREF(&LoopHookType);
         Py_DECREF(module);
         return NULL;
     }

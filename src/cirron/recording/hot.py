@@ -55,6 +55,8 @@ def _load() -> tuple[Any, str]:
     return _hot, "compiled"
 
 
+# Which hook of a plain torch loop's step cycle a compiled LoopHook is (its first argument).
+FETCH_NEXT, BACKWARD, OPTIMIZER_PRE, OPTIMIZER_POST = range(4)
 compiled, hot_path = _load()
 if compiled is not None:
     from ..exporters import otlp_json
