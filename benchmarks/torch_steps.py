@@ -89,9 +89,10 @@ def _mlp_case() -> Callable[[int], None]:
     return _loader_loop(model, torch.randn(64 * 8, 512), torch.randint(0, 10, (64 * 8,)), 64)
 
 
-def _trivial_case() -> Callable[[int], None]:
-    """A step with (almost) no work: one parameter, a one-element batch (about 90 us bare). The
-    hooks' own cost shows here with the caches warm and little noise."""
+def _trivial_case(batches: int = 8) -> Callable[[int], None]:
+    """A step with (almost) no work: one parameter, a one-element batch (about 90 us bare), in
+    epochs of ``batches`` steps. The hooks' own cost shows here with the caches warm and little
+    noise."""
     import torch
     from torch import nn
 
@@ -103,7 +104,7 @@ def _trivial_case() -> Callable[[int], None]:
         def forward(self, x: Any) -> Any:
             return x * self.weight
 
-    return _loader_loop(Scale(), torch.ones(8, 1), torch.zeros(8, dtype=torch.long), 1)
+    return _loader_loop(Scale(), torch.ones(batches, 1), torch.zeros(batches, dtype=torch.long), 1)
 
 
 def _conv_case() -> Callable[[int], None]:
@@ -352,21 +353,27 @@ def collector(steps: int, profiled: bool) -> dict[str, float]:
     return {"ns": timer.seconds / steps * 1e9, "full": timer.full * 10_000 / steps}
 
 
-def counted_steps(steps: int, profiled: bool) -> dict[str, int]:
+def counted_steps(steps: int, profiled: bool, batches: int = 8) -> dict[str, int]:
     """``steps`` trivial steps (after 30 not counted) inside ``functools.reduce``: the one
     call of the process whose instructions :func:`instructions_per_step` has callgrind count,
-    on the training thread. Runs in a subprocess, under either SDK.
+    on the training thread, in epochs of ``batches`` steps. Runs in a subprocess, under
+    either SDK.
 
     The garbage collector is off while they run: whether one of its passes (a million
     instructions) falls inside the 300 steps or just after them is chance, and moved the
-    count by 4 %; the row "the garbage collector per step" measures it."""
+    count by 4 %; the row "the garbage collector per step" measures it. A step's CPU time
+    and memory are read every 5 s, not 0.1 s: callgrind runs the loop about 50 times slower,
+    and at 0.1 s one step in three would be a measured one, where a real run of this loop
+    measures one in a few hundred (the timed rows have the default)."""
     import functools
     import gc
+    import os
 
     import torch
 
+    os.environ["CIRRON_STEP_RESOURCES_INTERVAL"] = "5"  # (the reference SDK has no such setting)
     torch.set_num_threads(1)
-    case = _trivial_case()
+    case = _trivial_case(batches)
     if profiled:
         ci.profile(output="none", frameworks=["torch"])
     case(30)
@@ -384,11 +391,21 @@ def instructions(steps: int) -> dict[str, float | None]:
     import, run 50 times slower)."""
     ours = reference.call_snippet("torch_steps", "counted_steps", steps=steps, profiled=True)
     bare = reference.call_snippet("torch_steps", "counted_steps", steps=steps, profiled=False)
+    # Epochs of 500 steps: what a step costs away from the epochs' boundaries.
+    ours_long, bare_long = (
+        reference.call_snippet(
+            "torch_steps", "counted_steps", steps=steps, profiled=profiled, batches=500
+        )
+        for profiled in (True, False)
+    )
     python = reference.reference_python()
     runs = {
         "bare": (bare, None),
         "compiled": (ours, None),
         "pure": (PURE_PYTHON + ours, None),
+        "long bare": (bare_long, None),
+        "long compiled": (ours_long, None),
+        "long pure": (PURE_PYTHON + ours_long, None),
     }
     if python:
         runs |= {"reference bare": (bare, python), "reference": (ours, python)}
@@ -701,5 +718,25 @@ def _instruction_rows(counted: dict[str, float | None]) -> list[Row]:
             "added, compiled hooks",
             (compiled - bare) / 1000,
             "k",
+        ),
+        *_long_epoch_rows(counted),
+    ]
+
+
+def _long_epoch_rows(counted: dict[str, float | None]) -> list[Row]:
+    """The same count in epochs of 500 steps: a step away from its epoch's boundaries."""
+    bare, compiled = counted.get("long bare"), counted.get("long compiled")
+    pure = counted.get("long pure")
+    if bare is None or compiled is None or pure is None:
+        return []
+    return [
+        Row(
+            "  in epochs of 500 steps",
+            (compiled - bare) / 1000,
+            "the same, pure-Python hooks",
+            (pure - bare) / 1000,
+            "k",
+            note="the trivial loop's epochs are 8 steps, as the MLP's are; each epoch's first "
+            "batch and its end run the Python hooks, which decide where an epoch begins",
         ),
     ]

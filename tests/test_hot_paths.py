@@ -249,6 +249,28 @@ def test_the_compiled_call_looks_like_torchs_to_code_that_inspects_it():
     assert nn.Module.__call__ is original  # the hooks came off exactly
 
 
+def test_the_compiled_loop_hooks_look_like_the_functions_they_replace():
+    """The compiled fetch, backward and optimizer hooks: named as the pure hooks, wrapping
+    torch's own functions, a bound method on an iterator, and gone exactly with the hooks."""
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    originals = (_BaseDataLoaderIter.__next__, torch.autograd.backward)
+    ci.profile(output="none", frameworks=["torch"])
+    fetch, backward = _BaseDataLoaderIter.__next__, torch.autograd.backward
+    assert type(fetch).__name__ == type(backward).__name__ == "LoopHook"
+    assert fetch.__wrapped__ is originals[0] and backward.__wrapped__ is originals[1]
+    assert fetch.__name__ == "__next__" and backward.__name__ == "backward"
+    assert fetch.pure.__wrapped__ is originals[0]  # the pure hook, which runs all else
+    batches = iter(torch.utils.data.DataLoader(list(range(3))))
+    assert batches.__next__.__self__ is batches and next(batches).tolist() == [0]
+    with pytest.raises(TypeError):
+        _BaseDataLoaderIter.__next__()  # no iterator: the pure hook's error, never a crash
+    with pytest.raises(ValueError):
+        hot.compiled.LoopHook(7, None, print)
+    ci.shutdown()
+    assert (_BaseDataLoaderIter.__next__, torch.autograd.backward) == originals
+
+
 def test_a_call_patched_before_ours_still_runs_on_the_compiled_path(monkeypatch):
     """Someone else's ``__call__`` (another tool patched it first) runs for every module."""
     torchs = nn.Module.__call__

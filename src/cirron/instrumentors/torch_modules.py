@@ -310,7 +310,6 @@ def _updates_parameters(inputs: Any) -> bool:
 def make_grad(original: Any) -> Any:
     """Our ``torch.autograd.grad``: with respect to parameters, it is the step's backward
     (updates made by hand, without ``backward()`` or an optimizer)."""
-    close_backward = guarded(SITE)(_close_backward)
     updates_parameters = guarded(SITE)(_updates_parameters)
     open_backward = guarded(SITE)(_open_backward)
 

@@ -39,6 +39,16 @@ typedef struct {
     vectorcallfunc vectorcall;
 } ModuleCall;
 
+/* The dealloc of every type here that the garbage collector tracks (its tp_clear drops
+ * what it holds). */
+static void
+gc_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_TYPE(self)->tp_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
 /* A submodule's call, as torch's _wrapped_call_impl makes it. */
 static PyObject *
 inner_call(ModuleCall *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -170,14 +180,6 @@ module_call_clear(ModuleCall *self)
     return 0;
 }
 
-static void
-module_call_dealloc(ModuleCall *self)
-{
-    PyObject_GC_UnTrack(self);
-    module_call_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
 /* module.__call__ (looked up on an instance): a bound method, as for a function. */
 static PyObject *
 module_call_get(PyObject *self, PyObject *instance, PyObject *owner)
@@ -219,7 +221,7 @@ static PyTypeObject ModuleCallType = {
     .tp_new = module_call_new,
     .tp_traverse = (traverseproc)module_call_traverse,
     .tp_clear = (inquiry)module_call_clear,
-    .tp_dealloc = (destructor)module_call_dealloc,
+    .tp_dealloc = gc_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(ModuleCall, vectorcall),
     .tp_descr_get = module_call_get,
@@ -239,26 +241,97 @@ static PyObject *sh_context_var; /* the OTel context's ContextVar */
 static PyObject *sh_span_key;    /* the context's key of the current span */
 static PyObject *sh_scope_span;  /* cirron.otel.spans.ScopeSpan */
 static PyObject *sh_time_ns;     /* time.time_ns */
+static PyObject *sh_recorder_dict; /* the recorder module's namespace: its "current" */
+static PyObject *sh_recorder_type; /* cirron.recording.recorder.Recorder (its fields are slots) */
+
+/* The Recorder fields the twins read, several a step: by their slots' offsets. */
+enum { REC_ENABLED, REC_TRAINING, REC_SESSION, REC_SESSION_CONTEXT, REC_LEAN, REC_PROCESSOR,
+       REC_SETTINGS, REC_FIELDS };
+static const char *rec_slots[REC_FIELDS] = {"enabled", "training", "session", "session_context",
+                                            "lean", "processor", "settings"};
+static PyObject *rec_names[REC_FIELDS]; /* the same names, interned */
+static Py_ssize_t rec_at[REC_FIELDS];
+
+static Py_ssize_t slot_offset(PyObject *type, const char *name);
+static PyObject *str_current; /* "current" (interned with the others, below) */
+
+/* recorder.current: a new reference (None: no recorder), or NULL with an error. */
+static PyObject *
+current_recorder(void)
+{
+    if (sh_recorder_dict != NULL) {
+        PyObject *rec = PyDict_GetItemWithError(sh_recorder_dict, str_current);
+        if (rec != NULL) {
+            return Py_NewRef(rec);
+        }
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    return current_recorder();
+}
+
+/* ``rec``'s field ``which`` (a new reference; NULL with an error): read by offset on a
+ * Recorder, by name on anything else. */
+static PyObject *
+rec_field(PyObject *rec, int which)
+{
+    if (sh_recorder_type != NULL && (PyObject *)Py_TYPE(rec) == sh_recorder_type) {
+        PyObject *value = *(PyObject **)((char *)rec + rec_at[which]);
+        if (value != NULL) {
+            return Py_NewRef(value);
+        }
+    }
+    return PyObject_GetAttr(rec, rec_names[which]);
+}
+
+/* ``rec``'s field ``which`` is true: 1, false: 0, failed: -1. */
+static int
+rec_true(PyObject *rec, int which)
+{
+    PyObject *value = rec_field(rec, which);
+    if (value == NULL) {
+        return -1;
+    }
+    int truth = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    return truth;
+}
 
 static PyObject *
 configure(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *f[8];
+    PyObject *f[9];
     static char *names[] = {"recorder", "pending", "open", "completed", "context_var",
-                            "span_key", "scope_span", "time_ns", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!OOO!O", names, &f[0], &PyList_Type,
+                            "span_key", "scope_span", "time_ns", "recorder_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!OOO!OO!", names, &f[0], &PyList_Type,
                                      &f[1], &PyList_Type, &f[2], &PyList_Type, &f[3], &f[4],
-                                     &f[5], &PyType_Type, &f[6], &f[7])) {
+                                     &f[5], &PyType_Type, &f[6], &f[7], &PyType_Type, &f[8])) {
         return NULL;
     }
-    if (!PyContextVar_CheckExact(f[4])) {
-        PyErr_SetString(PyExc_TypeError, "context_var must be a contextvars.ContextVar");
+    if (!PyContextVar_CheckExact(f[4]) || !PyModule_Check(f[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "context_var must be a contextvars.ContextVar, recorder a module");
         return NULL;
     }
-    PyObject **kept[8] = {&sh_recorder, &sh_pending, &sh_open, &sh_completed, &sh_context_var,
-                          &sh_span_key, &sh_scope_span, &sh_time_ns};
-    for (int i = 0; i < 8; i++) {
+    Py_ssize_t offsets[REC_FIELDS];
+    for (int i = 0; i < REC_FIELDS; i++) {
+        offsets[i] = slot_offset(f[8], rec_slots[i]);
+        if (offsets[i] < 0) {
+            return NULL;
+        }
+        if (rec_names[i] == NULL && (rec_names[i] = PyUnicode_InternFromString(rec_slots[i])) == NULL) {
+            return NULL;
+        }
+    }
+    PyObject **kept[9] = {&sh_recorder, &sh_pending, &sh_open, &sh_completed, &sh_context_var,
+                          &sh_span_key, &sh_scope_span, &sh_time_ns, &sh_recorder_type};
+    for (int i = 0; i < 9; i++) {
         Py_XSETREF(*kept[i], Py_NewRef(f[i]));
+    }
+    Py_XSETREF(sh_recorder_dict, Py_NewRef(PyModule_GetDict(f[0])));
+    for (int i = 0; i < REC_FIELDS; i++) {
+        rec_at[i] = offsets[i];
     }
     Py_RETURN_NONE;
 }
@@ -391,7 +464,7 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     if (!hook_spans_configured()) {
         return NULL;
     }
-    PyObject *rec = PyObject_GetAttr(sh_recorder, str_current);
+    PyObject *rec = current_recorder();
     if (rec == NULL) {
         return NULL;
     }
@@ -401,9 +474,9 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     }
     HookSpanObject *hook = NULL;
     PyObject *context = NULL, *current = NULL, *parent = NULL, *lean = NULL;
-    int on = attribute_true(rec, str_enabled);
+    int on = rec_true(rec, REC_ENABLED);
     if (on > 0) {
-        PyObject *training = PyObject_GetAttr(rec, str_training);
+        PyObject *training = rec_field(rec, REC_TRAINING);
         on = training == NULL ? -1 : attribute_true(training, str_detail);
         Py_XDECREF(training);
     }
@@ -434,8 +507,8 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     if (current == NULL || current == Py_None) { /* at the top level: under cirron.session */
         Py_XDECREF(current);
         current = Py_NewRef(Py_None);
-        parent = PyObject_GetAttr(rec, str_session);
-        Py_SETREF(context, PyObject_GetAttr(rec, str_session_context));
+        parent = rec_field(rec, REC_SESSION);
+        Py_SETREF(context, rec_field(rec, REC_SESSION_CONTEXT));
         if (parent == NULL || context == NULL) {
             goto failed;
         }
@@ -465,7 +538,7 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
         lean_parent = end_time == Py_None;
         Py_DECREF(end_time);
         if (lean_parent) {
-            lean = PyObject_GetAttr(rec, str_lean);
+            lean = rec_field(rec, REC_LEAN);
             if (lean == NULL) {
                 goto failed;
             }
@@ -553,11 +626,11 @@ hook_open(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static int
 finished_impl(PyObject *const *fields)
 {
-    PyObject *rec = PyObject_GetAttr(sh_recorder, str_current);
+    PyObject *rec = current_recorder();
     if (rec == NULL) {
         return -1;
     }
-    PyObject *processor = rec == Py_None ? Py_NewRef(Py_None) : PyObject_GetAttr(rec, str_processor);
+    PyObject *processor = rec == Py_None ? Py_NewRef(Py_None) : rec_field(rec, REC_PROCESSOR);
     Py_DECREF(rec);
     if (processor == NULL) {
         return -1;
@@ -796,11 +869,11 @@ static PyObject *str_point, *str_kind, *str_events, *str_state, *str_max_events;
 static PyObject *
 mark_target(MarkObject *self)
 {
-    PyObject *rec = PyObject_GetAttr(sh_recorder, str_current);
+    PyObject *rec = current_recorder();
     if (rec == NULL) {
         return NULL;
     }
-    int on = rec == Py_None ? 0 : attribute_true(rec, str_enabled);
+    int on = rec == Py_None ? 0 : rec_true(rec, REC_ENABLED);
     Py_DECREF(rec);
     if (on <= 0 || PyList_GET_SIZE(sh_pending) > 0 || PyList_GET_SIZE(sh_open) > 0) {
         return NULL;
@@ -986,14 +1059,6 @@ mark_clear(MarkObject *self)
     return 0;
 }
 
-static void
-mark_dealloc(MarkObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    mark_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
 static PyTypeObject MarkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cirron.recording._hot.Mark",
@@ -1002,7 +1067,7 @@ static PyTypeObject MarkType = {
     .tp_new = mark_new,
     .tp_traverse = (traverseproc)mark_traverse,
     .tp_clear = (inquiry)mark_clear,
-    .tp_dealloc = (destructor)mark_dealloc,
+    .tp_dealloc = gc_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(MarkObject, vectorcall),
     .tp_getset = pure_getset,
@@ -1054,13 +1119,13 @@ scopes_configured(void)
 static PyObject *
 recording(PyObject *recorder_module)
 {
-    PyObject *rec = PyObject_GetAttr(recorder_module, str_current);
+    PyObject *rec = current_recorder();
     if (rec == NULL || rec == Py_None) {
         Py_XDECREF(rec);
         PyErr_Clear();
         return NULL;
     }
-    int on = attribute_true(rec, str_enabled);
+    int on = rec_true(rec, REC_ENABLED);
     if (on <= 0) {
         Py_DECREF(rec);
         PyErr_Clear();
@@ -1257,8 +1322,8 @@ scope_enter_fast(PyObject *self)
         goto other; /* perhaps after the training loop: the pure twin asks */
     }
     if (current == NULL || current == Py_None) { /* at the top level: under cirron.session */
-        parent = PyObject_GetAttr(rec, str_session);
-        parent_context = PyObject_GetAttr(rec, str_session_context);
+        parent = rec_field(rec, REC_SESSION);
+        parent_context = rec_field(rec, REC_SESSION_CONTEXT);
     }
     else {
         parent = Py_NewRef(current);
@@ -1272,7 +1337,7 @@ scope_enter_fast(PyObject *self)
     if (end_time != Py_None) {
         goto other;
     }
-    lean = PyObject_GetAttr(rec, str_lean);
+    lean = rec_field(rec, REC_LEAN);
     if (lean == NULL || lean == Py_None) {
         goto other;
     }
@@ -1747,14 +1812,6 @@ twin_clear(TwinObject *self)
     return 0;
 }
 
-static void
-twin_dealloc(TwinObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    twin_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
 /* Looked up on a Scope (scope.__enter__): a bound method, as for a function. */
 static PyObject *
 twin_get(PyObject *self, PyObject *instance, PyObject *owner)
@@ -1776,7 +1833,7 @@ static PyTypeObject TwinType = {
     .tp_new = twin_new,
     .tp_traverse = (traverseproc)twin_traverse,
     .tp_clear = (inquiry)twin_clear,
-    .tp_dealloc = (destructor)twin_dealloc,
+    .tp_dealloc = gc_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(TwinObject, vectorcall),
     .tp_descr_get = twin_get,
@@ -1822,7 +1879,7 @@ open_on_fast(PyObject *rec, PyObject *name, PyObject *attributes, PyObject *star
     }
     PyObject *previous = NULL, *context = NULL, *parent = NULL, *parent_context = NULL;
     PyObject *lean = NULL, *span = NULL, *made = NULL, *token = NULL, *result = NULL;
-    lean = PyObject_GetAttr(rec, str_lean);
+    lean = rec_field(rec, REC_LEAN);
     if (lean == NULL || lean == Py_None || PyContextVar_Get(sh_context_var, NULL, &previous) < 0
         || previous == NULL || !PyDict_Check(previous)) {
         goto other;
@@ -1833,8 +1890,8 @@ open_on_fast(PyObject *rec, PyObject *name, PyObject *attributes, PyObject *star
     }
     PyObject *current = given != Py_None ? given : PyDict_GetItemWithError(context, sh_span_key);
     if (current == NULL || current == Py_None) { /* at the top level: under cirron.session */
-        parent = PyObject_GetAttr(rec, str_session);
-        parent_context = PyObject_GetAttr(rec, str_session_context);
+        parent = rec_field(rec, REC_SESSION);
+        parent_context = rec_field(rec, REC_SESSION_CONTEXT);
     }
     else {
         parent = Py_NewRef(current);
@@ -2546,13 +2603,13 @@ tell_failure(PyObject *call_it, PyObject *hook)
 static PyObject *
 training_state_now(PyObject **rec_out)
 {
-    PyObject *rec = PyObject_GetAttr(sh_recorder, str_current);
+    PyObject *rec = current_recorder();
     if (rec == NULL || rec == Py_None) {
         Py_XDECREF(rec);
         PyErr_Clear();
         return NULL;
     }
-    PyObject *state = PyObject_GetAttr(rec, str_training);
+    PyObject *state = rec_field(rec, REC_TRAINING);
     if (state == NULL || (PyObject *)Py_TYPE(state) != lp_state_type) {
         Py_XDECREF(state);
         Py_DECREF(rec);
@@ -2879,8 +2936,8 @@ begin_next_step(PyObject *rec, PyObject *state)
     ok = end_time == Py_None && start_time != NULL && here_start <= start;
     Py_XDECREF(end_time);
     Py_XDECREF(start_time);
-    int enabled = ok ? attribute_true(rec, str_enabled) : 0;
-    PyObject *settings = enabled > 0 ? PyObject_GetAttr(rec, str_settings) : NULL;
+    int enabled = ok ? rec_true(rec, REC_ENABLED) : 0;
+    PyObject *settings = enabled > 0 ? rec_field(rec, REC_SETTINGS) : NULL;
     PyObject *sampling = settings == NULL ? NULL : PyObject_GetAttr(settings, str_step_sampling);
     Py_XDECREF(settings);
     Py_XDECREF(sampling);
@@ -2978,7 +3035,7 @@ begin_next_step(PyObject *rec, PyObject *state)
     /* training.record_fetches([fetch], step span): its data_load span, inside */
     PyObject *span = PyTuple_CheckExact(opened) && PyTuple_GET_SIZE(opened) == 3
                          ? PyTuple_GET_ITEM(opened, 0) : NULL;
-    PyObject *lean = PyObject_GetAttr(rec, str_lean);
+    PyObject *lean = rec_field(rec, REC_LEAN);
     if (lean == NULL) {
         goto done;
     }
@@ -3516,14 +3573,6 @@ loop_hook_clear(LoopHookObject *self)
     return 0;
 }
 
-static void
-loop_hook_dealloc(LoopHookObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    loop_hook_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
 /* Looked up on an iterator (iterator.__next__): a bound method, as for a function. */
 static PyObject *
 loop_hook_get(PyObject *self, PyObject *instance, PyObject *owner)
@@ -3566,7 +3615,7 @@ static PyTypeObject LoopHookType = {
     .tp_new = loop_hook_new,
     .tp_traverse = (traverseproc)loop_hook_traverse,
     .tp_clear = (inquiry)loop_hook_clear,
-    .tp_dealloc = (destructor)loop_hook_dealloc,
+    .tp_dealloc = gc_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(LoopHookObject, vectorcall),
     .tp_descr_get = loop_hook_get,

@@ -4,15 +4,17 @@ Like ``wrapt``, cirron ships a small optional C extension, :mod:`cirron.recordin
 built from the sdist wherever a C compiler is present (a Linux x86_64 wheel
 carries it built). It holds only what runs for every module call of a model
 (torch's ``nn.Module.__call__``), for every hook span of a step (their begin
-and end), and for the API's commonest calls: ``ci.scope`` and ``ci.mark``, the
-opening and closing of a step, an epoch or a batch (``scopes.open_on`` and
-``close_span``), the span processor's ``on_start``/``on_end`` for cirron's
+and end), for the step cycle of a plain torch loop (the next batch's fetch, its
+forward, backward and optimizer step: ``LoopHook`` and the module call, configured
+by :mod:`cirron.instrumentors.torch`), and for the API's commonest calls:
+``ci.scope`` and ``ci.mark``, the opening and closing of a step, an epoch or a
+batch (``scopes.open_on`` and ``close_span``), the span processor's ``on_start``/``on_end`` for cirron's
 spans (whose ``on_end`` also takes an ended span out of the garbage collector's
 sight: nothing it holds refers back to it), and the spool encoder's spans,
 attributes and marks (``otlp_json.scope_span``, ``key_values`` and ``_events``).
 Each handles the common case only and hands anything else to its pure-Python
-twin (:func:`cirron.instrumentors.torch_modules.make_module_call`,
-:mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`,
+twin (:func:`cirron.instrumentors.torch_modules.make_module_call`, the torch
+hooks of :mod:`cirron.instrumentors.torch_steps`' moments, :mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`,
 ``PURE_TWINS`` in :mod:`cirron.recording.scopes` and in
 :mod:`cirron.exporters.otlp_json`, ``PURE_MARK`` in :mod:`cirron.recording.marks`):
 those are the reference and what every other platform gets; both give the same spans.
@@ -74,6 +76,7 @@ if compiled is not None:
         span_key=SPAN_KEY,
         scope_span=ScopeSpan,
         time_ns=time.time_ns,
+        recorder_type=recorder.Recorder,
     )
     # The spool's encoder, in a package below this one, writes with it too.
     otlp_json.use_compiled(compiled)
