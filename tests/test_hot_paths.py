@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 
@@ -201,52 +202,73 @@ def _loader_loop() -> tuple:
     return _full_shape(tree)
 
 
+def _python_calls(script) -> tuple[Any, dict[str, int]]:
+    """``script()``, and how often it ran the Python hooks' step logic (counted with
+    ``sys.setprofile``: replacing the functions would turn the compiled cycle off)."""
+    import sys
+
+    from cirron.instrumentors.torch_steps import TorchLoop
+
+    codes = {
+        TorchLoop.fetch_ends.__code__: "fetch_ends",
+        TorchLoop.training_work.__code__: "training_work",
+        cirron.training.begin_step.__code__: "begin_step",
+    }
+    calls = dict.fromkeys(codes.values(), 0)
+
+    def count(frame, event, _arg):
+        if event == "call" and frame.f_code in codes:
+            calls[codes[frame.f_code]] += 1
+
+    sys.setprofile(count)
+    try:
+        result = script()
+    finally:
+        sys.setprofile(None)
+    return result, calls
+
+
 def test_a_loader_loop_gives_the_same_trace_on_both_paths(monkeypatch):
     """The compiled step cycle (the next batch, its forward, backward and optimizer step with
     no Python frame) against the pure hooks, on a loop with the moments it hands on."""
-    from cirron.instrumentors.torch_steps import TorchLoop
-
-    calls = {"fetch_ends": 0, "training_work": 0, "begin_step": 0}
-    for name in calls:
-        owner = cirron.training if name == "begin_step" else TorchLoop
-        method = getattr(owner, name)
-
-        def counted(*args, _method=method, _name=name, **kwargs):
-            calls[_name] += 1
-            return _method(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, counted)
     ci.profile(output="none", frameworks=["torch"])
     assert type(torch.utils.data.dataloader._BaseDataLoaderIter.__next__).__name__ == "LoopHook"
-    compiled = _loader_loop()
-    in_python = dict(calls)
+    compiled, in_python = _python_calls(_loader_loop)
     _pure_everywhere(monkeypatch)
     ci.profile(output="none", frameworks=["torch"])
     assert type(torch.autograd.backward).__name__ == "function"
-    assert compiled == _loader_loop()
+    pure, calls = _python_calls(_loader_loop)
+    assert compiled == pure
     # The compiled cycle ran: most training work, and the training batches' fetches past the
     # first of each pass, never reached the Python methods (the evaluation's fetches do).
-    pure = {name: calls[name] - in_python[name] for name in calls}
-    assert in_python["training_work"] * 3 < pure["training_work"], (in_python, pure)
-    assert in_python["begin_step"] * 2 < pure["begin_step"], (in_python, pure)
-    assert in_python["fetch_ends"] + 10 < pure["fetch_ends"], (in_python, pure)
+    assert in_python["training_work"] * 3 < calls["training_work"], (in_python, calls)
+    assert in_python["begin_step"] * 2 < calls["begin_step"], (in_python, calls)
+    assert in_python["fetch_ends"] + 10 < calls["fetch_ends"], (in_python, calls)
     text = str(compiled)
     assert text.count("'step'") >= 10 and "'validate'" in text and "'augment'" in text
     assert "'data_load', 'ERROR'" in text  # the fetch that raised
 
 
-def test_the_compiled_call_looks_like_torchs_to_code_that_inspects_it():
-    original = nn.Module.__call__
+def test_a_replaced_hook_function_turns_the_compiled_cycle_off_until_it_is_back(monkeypatch):
+    """A test's monkeypatch or a user's wrapper of a function the compiled cycle does the work
+    of: the pure hooks run, the replacement with them; once it is back, the cycle runs again."""
+    from cirron.instrumentors.torch_steps import TorchLoop
+
+    seen = []
+    original = TorchLoop.optimizer_stepped
+
+    def wrapper(self, frame):
+        seen.append(frame)
+        return original(self, frame)
+
     ci.profile(output="none", frameworks=["torch"])
-    model = nn.Linear(2, 2)
-    assert nn.Module.__call__.__wrapped__ is original
-    assert nn.Module.__call__.__name__ == "__call__"
-    assert model.__call__.__self__ is model  # a bound method, as for a function
-    assert list(inspect.signature(model.__call__).parameters) == ["args", "kwargs"]
-    with pytest.raises(TypeError):
-        nn.Module.__call__()  # no module: a clear error, not a crash
-    ci.shutdown()
-    assert nn.Module.__call__ is original  # the hooks came off exactly
+    monkeypatch.setattr(TorchLoop, "optimizer_stepped", wrapper)
+    _loader_loop()
+    assert len(seen) >= 10  # every optimizer step went through it
+    monkeypatch.undo()
+    ci.profile(output="none", frameworks=["torch"])
+    _, in_python = _python_calls(_loader_loop)
+    assert in_python["training_work"] < 20, in_python  # the cycle again: 40 in the pure hooks
 
 
 def test_the_compiled_loop_hooks_look_like_the_functions_they_replace():

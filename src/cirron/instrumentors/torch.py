@@ -66,7 +66,7 @@ from . import (
     torch_steps,
 )
 from .torch_spans import SITE, torch_module
-from .torch_steps import LOOP, TORCH
+from .torch_steps import LOOP, TORCH, TorchLoop
 
 _settle = guarded(SITE)(lambda: LOOP.settle())
 
@@ -78,6 +78,29 @@ def _end_torch_moments() -> None:
     training.end_step(TORCH)
     training.end_epoch(TORCH)
     training.record_fetches(training.take_fetches())
+
+
+# What the compiled step cycle does the work of: TorchLoop's methods, and the moments of
+# cirron.training its hooks report.
+_CYCLE_METHODS = (
+    "fetch_begins",
+    "fetch_ends",
+    "training_work",
+    "_begin_training_step",
+    "backward_done",
+    "optimizer_stepping",
+    "optimizer_stepped",
+    "_complete",
+)
+_CYCLE_MOMENTS = (
+    "end_step",
+    "fetch_begins_between_steps",
+    "may_own",
+    "take_fetches",
+    "begin_step",
+    "record_fetches",
+    "complete_step",
+)
 
 
 def _compiled_step_cycle() -> None:
@@ -113,24 +136,39 @@ def _compiled_step_cycle() -> None:
             "backward_failed": torch_modules.close_backward,
             "optimizer_spans": torch_optim.optimizer_spans,
             "max_waiting": torch_steps.MAX_WAITING,
+            # The Python functions whose work it does, as the pure hooks look them up: while
+            # one is replaced (hot.patched counts), the pure hooks run.
+            "patched": hot.patched,
+            "watched": [
+                *((TorchLoop, name) for name in _CYCLE_METHODS),
+                *((training, name) for name in _CYCLE_MOMENTS),
+                *((torch_modules, name) for name in ("_open_forward", "_open_backward")),
+                (torch_modules, "_close_backward"),
+                (torch_modules, "open_hook"),
+                (torch_optim, "open_hook"),
+                *((hook_spans, name) for name in ("begin", "end", "record_on")),
+                (loop_frames, "position"),
+            ],
             "names": {
-                "step": semconv.STEP,
-                "index": semconv.INDEX,
-                "data_load": semconv.DATA_LOAD,
-                "forward": semconv.FORWARD,
-                "backward": semconv.BACKWARD,
-                "optimizer_step": semconv.OPTIMIZER_STEP,
-                "mode": semconv.MODE,
-                "mode_train": semconv.MODE_TRAIN,
-                "module": semconv.MODULE,
-                "wrapper": semconv.WRAPPER,
-                "optimizer": semconv.OPTIMIZER,
+                "step_name": semconv.STEP,
+                "index_key": semconv.INDEX,
+                "data_load_name": semconv.DATA_LOAD,
+                "forward_name": semconv.FORWARD,
+                "backward_name": semconv.BACKWARD,
+                "optimizer_step_name": semconv.OPTIMIZER_STEP,
+                "mode_key": semconv.MODE,
+                "train_mode": semconv.MODE_TRAIN,
+                "module_key": semconv.MODULE,
+                "wrapper_key": semconv.WRAPPER,
+                "optimizer_key": semconv.OPTIMIZER,
             },
         }
     )
 
 
 if hot.compiled is not None:
+    for _module in (training, torch_modules, torch_optim, hook_spans, loop_frames):
+        hot.watch(_module)
     _compiled_step_cycle()
 
 

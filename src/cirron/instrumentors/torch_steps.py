@@ -71,7 +71,7 @@ from typing import Any
 
 from .. import training
 from ..otel import semconv
-from ..recording import hook_spans, recorder, training_state
+from ..recording import hook_spans, hot, recorder, training_state
 from ..recording.scopes import current_span
 from ..recording.training_state import Fetch, TrainingState
 from ..training import loop_frames
@@ -133,11 +133,12 @@ def _state() -> Any:
 HeldForward = tuple[dict[str, Any], int, int, BaseException | None]
 
 
-class TorchLoop:
+class TorchLoop(metaclass=hot.Watched):
     """What the hooks have seen of the loop so far (forgotten when the hooks attach).
 
-    Its fields are slots: the compiled step cycle (:func:`configure_compiled`) reads them
-    by offset."""
+    Its fields are slots: the compiled step cycle (configured by
+    :mod:`cirron.instrumentors.torch`) reads them by offset, and does the work of its methods
+    while none of them is replaced (:data:`cirron.recording.hot.patched`)."""
 
     __slots__ = (
         "has_optimizer",

@@ -2528,6 +2528,11 @@ static PyObject *lp_backward_failed; /* torch_modules's guarded _close_backward(
 static PyObject *lp_optimizer_spans; /* torch_optim.optimizer_spans: id -> its open hook span */
 static PyObject *lp_names;           /* {what: the span name or attribute key} (semconv's) */
 static Py_ssize_t lp_max_waiting;    /* torch_steps.MAX_WAITING */
+static PyObject *lp_patched;         /* hot.patched: [a count a watched module's setattr bumps] */
+static PyObject *lp_watched;         /* ((holder, name), ...): what the cycle does the work of */
+static PyObject *lp_seen;            /* the count when they were last looked at */
+static int lp_as_configured;         /* ... and whether each was cirron's own then */
+static PyObject *str_module, *str_wrapped, *str_cirron_prefix;
 static PyObject *str_acquire, *str_release, *str_settings, *str_step_sampling;
 /* Of lp_names: the names of the spans and attributes the hooks make. */
 static PyObject *nm_step, *nm_index, *nm_data_load, *nm_forward, *nm_backward,
@@ -2549,10 +2554,43 @@ static Py_ssize_t at_f_start, at_f_end, at_f_error, at_f_source;
 /* A slot set to ``value`` (a new reference it takes). */
 #define SET_FIELD(object, offset, value) Py_XSETREF(SLOT(object, offset), (value))
 
+/* ``function`` is cirron's own: defined in one of its modules, and no wrapper of another. */
+static int
+cirrons_own(PyObject *function)
+{
+    PyObject *module = PyObject_GetAttr(function, str_module);
+    int ours = module != NULL && PyUnicode_Check(module)
+               && PyUnicode_Tailmatch(module, str_cirron_prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    return ours && !PyObject_HasAttr(function, str_wrapped);
+}
+
+/* The step cycle may run: it was configured, and each Python function it does the work of
+ * is cirron's own (none replaced, by a test's monkeypatch or a user's wrapper: while one
+ * is, the pure hooks run, the replacement with them). Looked at again only when
+ * hot.patched counted an attribute set on a watched module or class. */
 static int
 loop_configured(void)
 {
-    return lp_loop != NULL && sh_recorder != NULL && hs_build_here != NULL && sc_open_on != NULL;
+    if (lp_loop == NULL || sh_recorder == NULL || hs_build_here == NULL || sc_open_on == NULL) {
+        return 0;
+    }
+    PyObject *count = PyList_GET_SIZE(lp_patched) > 0 ? PyList_GET_ITEM(lp_patched, 0) : NULL;
+    if (count == lp_seen) {
+        return lp_as_configured;
+    }
+    int same = count != NULL;
+    for (Py_ssize_t i = 0; same && i < PyTuple_GET_SIZE(lp_watched); i++) {
+        PyObject *entry = PyTuple_GET_ITEM(lp_watched, i);
+        PyObject *now = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1));
+        same = now != NULL && cirrons_own(now);
+        Py_XDECREF(now);
+    }
+    PyErr_Clear();
+    Py_XSETREF(lp_seen, Py_XNewRef(count));
+    lp_as_configured = same;
+    return same;
 }
 
 /* The core guard, inline: an Exception set now is reported for the torch hooks' site and
@@ -3656,9 +3694,31 @@ configure_loop(PyObject *module, PyObject *parts)
             return NULL;
         }
     }
+    PyObject *patched = PyDict_GetItemString(parts, "patched");
+    PyObject *watched = PyDict_GetItemString(parts, "watched");
+    if (patched == NULL || !PyList_Check(patched) || watched == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_loop() needs patched (a list) and watched ((holder, name) pairs)");
+        return NULL;
+    }
+    PyObject *pairs = PySequence_Tuple(watched);
+    if (pairs == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pairs); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
+            || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "configure_loop()'s watched are (holder, name) pairs");
+            Py_DECREF(pairs);
+            return NULL;
+        }
+    }
+    PyObject *kept = pairs;
     PyObject *max_waiting = PyDict_GetItemString(parts, "max_waiting");
     Py_ssize_t waiting = max_waiting == NULL ? -1 : PyLong_AsSsize_t(max_waiting);
     if (waiting <= 0) {
+        Py_DECREF(kept);
         PyErr_Clear();
         PyErr_SetString(PyExc_ValueError, "configure_loop() needs max_waiting, a positive int");
         return NULL;
@@ -3668,17 +3728,18 @@ configure_loop(PyObject *module, PyObject *parts)
         const char *name;
         PyObject **kept;
     } named[] = {
-        {"step", &nm_step}, {"index", &nm_index}, {"data_load", &nm_data_load},
-        {"forward", &nm_forward}, {"backward", &nm_backward},
-        {"optimizer_step", &nm_optimizer_step}, {"mode", &nm_mode},
-        {"mode_train", &nm_mode_train}, {"module", &nm_module}, {"wrapper", &nm_wrapper},
-        {"optimizer", &nm_optimizer},
+        {"step_name", &nm_step}, {"index_key", &nm_index}, {"data_load_name", &nm_data_load},
+        {"forward_name", &nm_forward}, {"backward_name", &nm_backward},
+        {"optimizer_step_name", &nm_optimizer_step}, {"mode_key", &nm_mode},
+        {"train_mode", &nm_mode_train}, {"module_key", &nm_module}, {"wrapper_key", &nm_wrapper},
+        {"optimizer_key", &nm_optimizer},
     };
     size_t name_count = sizeof(named) / sizeof(named[0]);
     for (size_t i = 0; i < name_count; i++) {
         PyObject *text = PyDict_Check(names) ? PyDict_GetItemString(names, named[i].name) : NULL;
         if (text == NULL || !PyUnicode_Check(text)) {
             PyErr_Format(PyExc_TypeError, "configure_loop()'s names need %s", named[i].name);
+            Py_DECREF(kept);
             return NULL;
         }
     }
@@ -3714,10 +3775,12 @@ configure_loop(PyObject *module, PyObject *parts)
         if (!PyType_Check(type)) {
             PyErr_Format(PyExc_TypeError, "configure_loop()'s %s must be a class",
                          wanted[slots[i].type].name);
+            Py_DECREF(kept);
             return NULL;
         }
         offsets[i] = slot_offset(type, slots[i].slot);
         if (offsets[i] < 0) {
+            Py_DECREF(kept);
             return NULL;
         }
     }
@@ -3727,6 +3790,7 @@ configure_loop(PyObject *module, PyObject *parts)
         PyErr_SetString(PyExc_TypeError, "configure_loop(): outer_fetch, backward_running, "
                         "grad_enabled and buckets are lists, seen_models, optimizer_spans and "
                         "last_positions dicts, enclosing a set");
+        Py_DECREF(kept);
         return NULL;
     }
     for (size_t i = 0; i < count; i++) {
@@ -3739,6 +3803,9 @@ configure_loop(PyObject *module, PyObject *parts)
         *slots[i].at = offsets[i];
     }
     lp_max_waiting = waiting;
+    Py_XSETREF(lp_patched, Py_NewRef(patched));
+    Py_XSETREF(lp_watched, kept);
+    Py_CLEAR(lp_seen); /* (looked at on the next call) */
     Py_RETURN_NONE;
 }
 
@@ -3829,7 +3896,8 @@ PyInit__hot(void)
         {&str_head_method, "_head"}, {&str_name_method, "_name"}, {&str_parent_method, "_parent"},
         {&str_links, "_links"}, {&str_status, "_status"}, {&str_dropped_events, "_dropped_events"},
         {&str_acquire, "acquire"}, {&str_release, "release"}, {&str_settings, "settings"},
-        {&str_step_sampling, "step_sampling"},
+        {&str_step_sampling, "step_sampling"}, {&str_module, "__module__"},
+        {&str_wrapped, "__wrapped__"}, {&str_cirron_prefix, "cirron."},
     };
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {
         *interned[i].name = PyUnicode_InternFromString(interned[i].text);

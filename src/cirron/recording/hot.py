@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import types
 from typing import Any
 
 from ..config import flag_text
@@ -59,6 +60,44 @@ def _load() -> tuple[Any, str]:
 
 # Which hook of a plain torch loop's step cycle a compiled LoopHook is (its first argument).
 FETCH_NEXT, BACKWARD, OPTIMIZER_PRE, OPTIMIZER_POST = range(4)
+# A count that goes up whenever a module or class the compiled step cycle stands in for has an
+# attribute set or deleted (a test's monkeypatch, a user's wrapper): the cycle then looks
+# whether the Python functions it does the work of are still the ones it was given, and while
+# one is not, the pure hooks run, the replacement with them. Mutated in place, never rebound.
+patched = [0]
+
+
+class WatchedModule(types.ModuleType):
+    """A module whose attributes, set or deleted from outside, count in :data:`patched`
+    (its own code's global assignments do not: they write its namespace directly)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        patched[0] += 1
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        patched[0] += 1
+
+
+class Watched(type):
+    """The metaclass of a class whose attributes, set or deleted, count in :data:`patched`."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        patched[0] += 1
+
+    def __delattr__(cls, name: str) -> None:
+        super().__delattr__(name)
+        patched[0] += 1
+
+
+def watch(module: types.ModuleType) -> None:
+    """Count what is set on ``module`` from now on in :data:`patched`."""
+    if type(module) is types.ModuleType:
+        module.__class__ = WatchedModule
+
+
 compiled, hot_path = _load()
 if compiled is not None:
     from ..exporters import otlp_json
