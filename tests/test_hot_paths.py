@@ -271,6 +271,64 @@ def test_a_replaced_hook_function_turns_the_compiled_cycle_off_until_it_is_back(
     assert in_python["training_work"] < 20, in_python  # the cycle again: 40 in the pure hooks
 
 
+class Breaks(torch.utils.data.Dataset):
+    """Samples, every third one raising (a fetch that fails): a long epoch of them."""
+
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitem__(self, i):
+        if i % 3 == 2:
+            raise ValueError("a bad record")
+        return torch.ones(1), torch.tensor(0)
+
+
+def test_the_compiled_step_cycle_keeps_nothing_a_step():
+    """Thousands of steps through the compiled cycle, with forwards and fetches that raise: no
+    object is kept a step (allocated blocks stay flat) and no reference is taken for good."""
+    import gc
+    import sys
+
+    from cirron.instrumentors.torch_steps import LOOP, TORCH
+    from cirron.recording import recorder
+
+    model = nn.Linear(1, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = iter(torch.utils.data.DataLoader(Breaks(), batch_size=1))
+
+    def steps(count: int) -> None:
+        for position in range(count):
+            try:
+                x, y = next(batches)
+            except ValueError:
+                continue
+            try:
+                out = model(x * float("nan") if position % 5 == 0 else x)
+                if out.isnan().any():
+                    raise ArithmeticError("a NaN")  # (a failing step of the user's)
+            except ArithmeticError:
+                continue
+            nn.functional.cross_entropy(out, y).backward()
+            optimizer.step()
+
+    ci.profile(output="none", frameworks=["torch"], metrics=False, config={"trace_buffer": 50})
+    steps(1500)
+    state = recorder.current.training
+
+    def kept() -> tuple[int, ...]:
+        ci.flush()
+        gc.collect()
+        counts = (sys.getrefcount(TORCH), sys.getrefcount(LOOP), sys.getrefcount(state))
+        return (sys.getallocatedblocks(), *counts)
+
+    before = kept()
+    steps(3000)
+    after = kept()
+    ci.shutdown()
+    assert after[1:] == before[1:]  # TORCH, LOOP, the training state: no reference kept
+    assert after[0] - before[0] < 300, (before, after)  # (a leak a step: 3,000 or more)
+
+
 def test_the_compiled_loop_hooks_look_like_the_functions_they_replace():
     """The compiled fetch, backward and optimizer hooks: named as the pure hooks, wrapping
     torch's own functions, a bound method on an iterator, and gone exactly with the hooks."""

@@ -2609,8 +2609,13 @@ guard(void)
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(traceback);
-    if (done == NULL) {
-        return guard() < 0 ? -1 : 0; /* (the report failed: counted nowhere, never raised) */
+    if (done == NULL) { /* the report failed: counted nowhere, and never raised but a
+                         * BaseException (a KeyboardInterrupt meanwhile) */
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return 0;
     }
     Py_DECREF(done);
     return 0;
