@@ -2621,10 +2621,26 @@ guard(void)
     return 0;
 }
 
-/* ``call(hook, error)`` with the exception set now as ``error``; the exception stays set
+/* The user's exception, fetched while a hook was told of it, set again; unless telling it
+ * raised a BaseException (a KeyboardInterrupt meanwhile), which propagates instead, as it
+ * would from the pure hook (the hooks' functions are guarded: nothing else gets out). */
+static void
+raise_again(PyObject *type, PyObject *value, PyObject *traceback)
+{
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return;
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+}
+
+/* ``call(first, the exception set now)`` (an exception instance); the exception stays set
  * (the user's call raised it: it reaches the user unchanged). */
 static void
-tell_failure(PyObject *call_it, PyObject *hook)
+tell_failure(PyObject *call_it, PyObject *first)
 {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -2632,13 +2648,10 @@ tell_failure(PyObject *call_it, PyObject *hook)
     if (traceback != NULL && value != NULL) {
         PyException_SetTraceback(value, traceback);
     }
-    PyObject *call[2] = {hook, value != NULL ? value : Py_None};
+    PyObject *call[2] = {first, value != NULL ? value : Py_None};
     PyObject *done = PyObject_Vectorcall(call_it, call, 2, NULL);
-    if (done == NULL) {
-        PyErr_Clear(); /* (guarded in Python: only a BaseException gets here) */
-    }
     Py_XDECREF(done);
-    PyErr_Restore(type, value, traceback);
+    raise_again(type, value, traceback);
 }
 
 /* The open training state (recorder.current.training): a new reference, or NULL with no
@@ -3283,11 +3296,8 @@ fetch_next(LoopHookObject *self, PyObject *iterator)
             PyErr_Fetch(&type, &value, &traceback);
             PyObject *call[3] = {pass, started, lp_exhausted};
             PyObject *done = PyObject_Vectorcall(lp_fetch_ends, call, 3, NULL);
-            if (done == NULL) {
-                PyErr_Clear();
-            }
             Py_XDECREF(done);
-            PyErr_Restore(type, value, traceback);
+            raise_again(type, value, traceback);
         }
         else if (PyErr_ExceptionMatches(PyExc_Exception)) {
             PyObject *type, *value, *traceback;
@@ -3298,11 +3308,8 @@ fetch_next(LoopHookObject *self, PyObject *iterator)
             }
             PyObject *call[3] = {pass, started, value != NULL ? value : Py_None};
             PyObject *done = PyObject_Vectorcall(lp_fetch_ends, call, 3, NULL);
-            if (done == NULL) {
-                PyErr_Clear();
-            }
             Py_XDECREF(done);
-            PyErr_Restore(type, value, traceback);
+            raise_again(type, value, traceback);
         }
         Py_DECREF(pass);
         Py_DECREF(started);
