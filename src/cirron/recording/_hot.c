@@ -3931,35 +3931,18 @@ PyInit__hot(void)
         Py_DECREF(module);
         return NULL;
     }
-    Py_INCREF(&ModuleCallType);
-    if (PyModule_AddObject(module, "ModuleCall", (PyObject *)&ModuleCallType) < 0) {
-        Py_DECREF(&ModuleCallType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    Py_INCREF(&HookSpanType);
-    if (PyModule_AddObject(module, "HookSpan", (PyObject *)&HookSpanType) < 0) {
-        Py_DECREF(&HookSpanType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    Py_INCREF(&TwinType);
-    if (PyModule_AddObject(module, "Twin", (PyObject *)&TwinType) < 0) {
-        Py_DECREF(&TwinType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    Py_INCREF(&MarkType);
-    if (PyModule_AddObject(module, "Mark", (PyObject *)&MarkType) < 0) {
-        Py_DECREF(&MarkType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    Py_INCREF(&LoopHookType);
-    if (PyModule_AddObject(module, "LoopHook", (PyObject *)&LoopHookType) < 0) {
-        Py_DECREF(&LoopHookType);
-        Py_DECREF(module);
-        return NULL;
+    struct {
+        const char *name;
+        PyTypeObject *type;
+    } types[] = {{"ModuleCall", &ModuleCallType}, {"HookSpan", &HookSpanType},
+                 {"Twin", &TwinType}, {"Mark", &MarkType}, {"LoopHook", &LoopHookType}};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        Py_INCREF(types[i].type);
+        if (PyModule_AddObject(module, types[i].name, (PyObject *)types[i].type) < 0) {
+            Py_DECREF(types[i].type);
+            Py_DECREF(module);
+            return NULL;
+        }
     }
     return module;
 }

@@ -67,9 +67,8 @@ FETCH_NEXT, BACKWARD, OPTIMIZER_PRE, OPTIMIZER_POST = range(4)
 patched = [0]
 
 
-class WatchedModule(types.ModuleType):
-    """A module whose attributes, set or deleted from outside, count in :data:`patched`
-    (its own code's global assignments do not: they write its namespace directly)."""
+class _Counted:
+    """Attributes set or deleted from outside count in :data:`patched`."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -80,16 +79,13 @@ class WatchedModule(types.ModuleType):
         patched[0] += 1
 
 
-class Watched(type):
+class WatchedModule(_Counted, types.ModuleType):
+    """A module whose attributes, set or deleted from outside, count in :data:`patched`
+    (its own code's global assignments do not: they write its namespace directly)."""
+
+
+class Watched(_Counted, type):
     """The metaclass of a class whose attributes, set or deleted, count in :data:`patched`."""
-
-    def __setattr__(cls, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        patched[0] += 1
-
-    def __delattr__(cls, name: str) -> None:
-        super().__delattr__(name)
-        patched[0] += 1
 
 
 def watch(module: types.ModuleType) -> None:
