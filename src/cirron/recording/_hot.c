@@ -2532,7 +2532,7 @@ static PyObject *lp_patched;         /* hot.patched: [a count a watched module's
 static PyObject *lp_watched;         /* ((holder, name), ...): what the cycle does the work of */
 static PyObject *lp_seen;            /* the count when they were last looked at */
 static int lp_as_configured;         /* ... and whether each was cirron's own then */
-static PyObject *str_module, *str_wrapped, *str_cirron_prefix;
+static PyObject *str_module, *str_wrapped, *str_cirron_prefix, *str_name;
 static PyObject *str_acquire, *str_release, *str_settings, *str_step_sampling;
 /* Of lp_names: the names of the spans and attributes the hooks make. */
 static PyObject *nm_step, *nm_index, *nm_data_load, *nm_forward, *nm_backward,
@@ -3434,7 +3434,7 @@ optimizer_pre_fast(PyObject *optimizer, PyObject *args, PyObject *kwargs)
     if (increment(lp_loop, at_loop_steps) < 0) { /* TorchLoop.optimizer_stepping */
         goto done;
     }
-    name = PyType_GetName(Py_TYPE(optimizer));
+    name = PyObject_GetAttr((PyObject *)Py_TYPE(optimizer), str_name);
     attributes = name == NULL ? NULL : PyDict_New();
     if (attributes == NULL || PyDict_SetItem(attributes, nm_optimizer, name) < 0) {
         goto done;
@@ -3458,6 +3458,9 @@ done:
 static PyObject *
 position_again(PyFrameObject *frame)
 {
+#if PY_VERSION_HEX < 0x030B0000
+    return NULL; /* (no PyFrame_GetLasti before 3.11: position's own test, in Python) */
+#else
     PyObject *last = PyDict_GetItemWithError(lp_last_positions, lp_users);
     if (last == NULL || !PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 3) {
         PyErr_Clear();
@@ -3485,6 +3488,7 @@ position_again(PyFrameObject *frame)
         return NULL;
     }
     return same ? Py_NewRef(found) : NULL;
+#endif
 }
 
 /* torch_optim.after_optimizer_step(optimizer, args, kwargs), whole: its span ends, and the
@@ -3909,7 +3913,7 @@ PyInit__hot(void)
         {&str_links, "_links"}, {&str_status, "_status"}, {&str_dropped_events, "_dropped_events"},
         {&str_acquire, "acquire"}, {&str_release, "release"}, {&str_settings, "settings"},
         {&str_step_sampling, "step_sampling"}, {&str_module, "__module__"},
-        {&str_wrapped, "__wrapped__"}, {&str_cirron_prefix, "cirron."},
+        {&str_wrapped, "__wrapped__"}, {&str_cirron_prefix, "cirron."}, {&str_name, "__name__"},
     };
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++) {
         *interned[i].name = PyUnicode_InternFromString(interned[i].text);
