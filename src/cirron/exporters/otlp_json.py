@@ -320,29 +320,26 @@ def encode_request(spans: Sequence[Any]) -> str:
         else:
             encoded = _spans_of(by_resource, span.resource, span.instrumentation_scope)
             encoded.append(encoder.span(span))
-    resource_spans = []
-    for resource, scopes in by_resource.values():
-        # A span a line (JSON allows the breaks; every string is escaped, so a value never
-        # holds one): a file cut short still gives its whole lines (spool_reader.salvage).
-        scope_spans = ",".join(
-            "{" + _scope_json(scope) + '"spans":[\n' + ",\n".join(encoded) + "\n]}"
-            for scope, encoded in scopes.items()
-        )
-        schema = (
-            ',"schemaUrl":' + _quote(resource.schema_url)
-            if resource is not None and resource.schema_url
-            else ""
-        )
-        resource_spans.append(
-            '{"resource":{"attributes":'
-            + key_values(resource.attributes if resource is not None else {})
-            + '},"scopeSpans":['
-            + scope_spans
-            + "]"
-            + schema
-            + "}"
-        )
-    return '{"resourceSpans":[' + ",".join(resource_spans) + "]}"
+    # The request's text as a list of pieces joined once: each ``+`` of a request's spans
+    # would copy all of them again.
+    parts = ['{"resourceSpans":[']
+    for at, (resource, scopes) in enumerate(by_resource.values()):
+        parts.append(',{"resource":{"attributes":' if at else '{"resource":{"attributes":')
+        parts.append(key_values(resource.attributes if resource is not None else {}))
+        parts.append('},"scopeSpans":[')
+        for number, (scope, encoded) in enumerate(scopes.items()):
+            # A span a line (JSON allows the breaks; every string is escaped, so a value
+            # never holds one): a file cut short still gives its whole lines
+            # (spool_reader.salvage).
+            parts.append(("," if number else "") + "{" + _scope_json(scope) + '"spans":[\n')
+            parts.append(",\n".join(encoded))
+            parts.append("\n]}")
+        parts.append("]")
+        if resource is not None and resource.schema_url:
+            parts.append(',"schemaUrl":' + _quote(resource.schema_url))
+        parts.append("}")
+    parts.append("]}")
+    return "".join(parts)
 
 
 # The pure-Python functions are the reference (tests compare the text of both). Where the

@@ -2068,7 +2068,9 @@ configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
  * The spool's encoder (cirron.exporters.otlp_json): a span's attributes and its mark events
  * as OTLP/JSON text, compiled. A value of another type than str, float, bool or int, and an
  * event that is not a mark's, go to the pure functions configure_encoder was given; the
- * text is the same either way (tests compare them).
+ * text is the same either way (tests compare them). The text is written into one buffer of
+ * bytes and made a str once: every piece is ASCII (JSON's quoting escapes the rest), and a
+ * str a piece would cost allocates more than the span's text takes to write.
  * ------------------------------------------------------------------------------------- */
 
 static PyObject *en_quote;      /* json's encode_basestring_ascii */
@@ -2079,74 +2081,203 @@ static PyObject *en_key_values; /* otlp_json.key_values (pure): a mapping that i
 static PyObject *en_events;     /* otlp_json._events (pure): events that are not all marks' */
 static PyObject *en_mark_event; /* MarkEvent */
 static PyObject *en_non_finite; /* otlp_json._NON_FINITE: str(value) -> its JSON text */
+static PyObject *txt_local_flags; /* otlp_json._LOCAL_FLAGS */
 static Py_ssize_t en_at_name, en_at_attributes, en_at_timestamp;
-static PyObject *txt_empty, *txt_string, *txt_double, *txt_int, *txt_int_end, *txt_true,
-    *txt_false, *txt_close, *txt_open_list, *txt_close_list, *txt_comma, *txt_no_attributes,
-    *txt_events, *txt_time, *txt_name, *txt_attributes;
 
-/* Append ``item`` (a new reference, or NULL: failed) to ``parts``: 0, or -1. */
-static int
-add_part(PyObject *parts, PyObject *item)
+/* Text being written: bytes on the stack until it outgrows them. ``foreign``: a piece was not
+ * ASCII (none is, as the pure functions write them): the text is the pure function's. */
+typedef struct {
+    char *data;
+    Py_ssize_t size, room;
+    int foreign;
+    char local[768];
+} Text;
+
+static void
+text_start(Text *text)
 {
-    if (item == NULL) {
-        return -1;
-    }
-    int added = PyList_Append(parts, item);
-    Py_DECREF(item);
-    return added;
+    text->data = text->local;
+    text->size = 0;
+    text->room = (Py_ssize_t)sizeof(text->local);
+    text->foreign = 0;
 }
 
-/* One value's OTLP AnyValue text into ``parts``: 0, or -1 with an error. */
+static void
+text_drop(Text *text)
+{
+    if (text->data != text->local) {
+        PyMem_Free(text->data);
+    }
+    text->data = text->local;
+}
+
+/* ``count`` bytes at the end: 0, or -1 with an error. */
 static int
-add_any_value(PyObject *parts, PyObject *value)
+put(Text *text, const char *bytes, Py_ssize_t count)
+{
+    if (count > text->room - text->size) {
+        Py_ssize_t room = text->room;
+        while (count > room - text->size) {
+            if (room > PY_SSIZE_T_MAX / 2) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            room *= 2;
+        }
+        char *data = text->data == text->local ? PyMem_Malloc(room)
+                                                : PyMem_Realloc(text->data, room);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (text->data == text->local) {
+            memcpy(data, text->local, text->size);
+        }
+        text->data = data;
+        text->room = room;
+    }
+    memcpy(text->data + text->size, bytes, count);
+    text->size += count;
+    return 0;
+}
+
+#define PUT_LITERAL(text, literal) put((text), (literal), (Py_ssize_t)sizeof(literal) - 1)
+
+/* A str's characters at the end (borrowed): 0, or -1 with an error. */
+static int
+put_str(Text *text, PyObject *piece)
+{
+    if (!PyUnicode_Check(piece)) {
+        PyErr_SetString(PyExc_TypeError, "a piece of the encoder's text is not a str");
+        return -1;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(piece) < 0) {
+        return -1;
+    }
+#endif
+    if (!PyUnicode_IS_ASCII(piece)) {
+        text->foreign = 1;
+        return 0;
+    }
+    return put(text, (const char *)PyUnicode_DATA(piece), PyUnicode_GET_LENGTH(piece));
+}
+
+/* As put_str, for a new reference (or NULL: failed), which it releases. */
+static int
+put_new(Text *text, PyObject *piece)
+{
+    if (piece == NULL) {
+        return -1;
+    }
+    int done = put_str(text, piece);
+    Py_DECREF(piece);
+    return done;
+}
+
+/* The decimal digits of ``value`` at the end (as str() writes an int). */
+static int
+put_decimal(Text *text, long long value)
+{
+    char digits[24];
+    char *digit = digits + sizeof(digits);
+    unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value
+                                             : (unsigned long long)value;
+    do {
+        *--digit = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (value < 0) {
+        *--digit = '-';
+    }
+    return put(text, digit, digits + sizeof(digits) - digit);
+}
+
+/* An int's decimal text (a time, an int attribute) at the end. */
+static int
+put_int(Text *text, PyObject *number)
+{
+    if (PyLong_CheckExact(number)) {
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(number, &overflow);
+        if (value == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (!overflow) {
+            return put_decimal(text, value);
+        }
+    }
+    return put_new(text, PyObject_Str(number));
+}
+
+/* The text in a new str, the buffer released; NULL with an error, or with none when a piece
+ * was foreign (the caller's pure function writes it). */
+static PyObject *
+text_finish(Text *text)
+{
+    PyObject *made = NULL;
+    if (!text->foreign) {
+        made = PyUnicode_New(text->size, 127);
+        if (made != NULL) {
+            memcpy(PyUnicode_DATA(made), text->data, text->size);
+        }
+    }
+    text_drop(text);
+    return made;
+}
+
+/* One value's OTLP AnyValue text: 0, or -1 with an error. */
+static int
+put_any_value(Text *text, PyObject *value)
 {
     if (PyUnicode_CheckExact(value)) {
-        return PyList_Append(parts, txt_string) < 0 ? -1
-               : add_part(parts, PyObject_CallOneArg(en_quote, value)) < 0 ? -1
-               : PyList_Append(parts, txt_close);
+        return PUT_LITERAL(text, "{\"stringValue\":") < 0 ? -1
+               : put_new(text, PyObject_CallOneArg(en_quote, value)) < 0 ? -1
+               : PUT_LITERAL(text, "}");
     }
     if (PyFloat_CheckExact(value)) {
         double number = PyFloat_AS_DOUBLE(value);
-        if (PyList_Append(parts, txt_double) < 0) {
+        if (PUT_LITERAL(text, "{\"doubleValue\":") < 0) {
             return -1;
         }
         if (Py_IS_FINITE(number)) {
-            if (add_part(parts, PyObject_Repr(value)) < 0) {
+            if (put_new(text, PyObject_Repr(value)) < 0) {
                 return -1;
             }
         }
         else {
             PyObject *name = PyObject_Str(value);
-            PyObject *text = name == NULL ? NULL : PyDict_GetItemWithError(en_non_finite, name);
+            PyObject *written = name == NULL ? NULL : PyDict_GetItemWithError(en_non_finite, name);
             Py_XDECREF(name);
-            if (text == NULL) {
+            if (written == NULL) {
                 if (!PyErr_Occurred()) {
                     PyErr_SetString(PyExc_KeyError, "a non-finite double with no text");
                 }
                 return -1;
             }
-            if (PyList_Append(parts, text) < 0) {
+            if (put_str(text, written) < 0) {
                 return -1;
             }
         }
-        return PyList_Append(parts, txt_close);
+        return PUT_LITERAL(text, "}");
     }
     if (PyBool_Check(value)) {
-        return PyList_Append(parts, value == Py_True ? txt_true : txt_false);
+        return value == Py_True ? PUT_LITERAL(text, "{\"boolValue\":true}")
+                                : PUT_LITERAL(text, "{\"boolValue\":false}");
     }
     if (PyLong_CheckExact(value)) {
-        return PyList_Append(parts, txt_int) < 0 ? -1
-               : add_part(parts, PyObject_Str(value)) < 0 ? -1
-               : PyList_Append(parts, txt_int_end);
+        return PUT_LITERAL(text, "{\"intValue\":\"") < 0 ? -1
+               : put_int(text, value) < 0                ? -1
+               : PUT_LITERAL(text, "\"}");
     }
-    return add_part(parts, PyObject_CallOneArg(en_any_value, value));
+    return put_new(text, PyObject_CallOneArg(en_any_value, value));
 }
 
-/* The KeyValue texts of the dict ``attributes`` into ``parts``, between [ and ]. */
+/* The KeyValues of the dict ``attributes``, between [ and ]. */
 static int
-add_key_values(PyObject *parts, PyObject *attributes)
+put_key_values(Text *text, PyObject *attributes)
 {
-    if (PyList_Append(parts, txt_open_list) < 0) {
+    if (PUT_LITERAL(text, "[") < 0) {
         return -1;
     }
     Py_ssize_t position = 0;
@@ -2155,30 +2286,22 @@ add_key_values(PyObject *parts, PyObject *attributes)
     while (PyDict_Next(attributes, &position, &key, &value)) {
         Py_INCREF(key);
         Py_INCREF(value);
-        PyObject *text = PyDict_GetItemWithError(en_key_texts, key);
-        Py_XINCREF(text);
-        if (text == NULL && !PyErr_Occurred()) {
-            text = PyObject_CallOneArg(en_key_text, key);
+        PyObject *before = PyDict_GetItemWithError(en_key_texts, key);
+        Py_XINCREF(before);
+        if (before == NULL && !PyErr_Occurred()) {
+            before = PyObject_CallOneArg(en_key_text, key);
         }
-        int done = text == NULL || (!first && PyList_Append(parts, txt_comma) < 0)
-                       || add_part(parts, text) < 0 || add_any_value(parts, value) < 0
-                       || PyList_Append(parts, txt_close) < 0;
+        int failed = before == NULL || (!first && PUT_LITERAL(text, ",") < 0)
+                     || put_new(text, before) < 0 || put_any_value(text, value) < 0
+                     || PUT_LITERAL(text, "}") < 0;
         Py_DECREF(key);
         Py_DECREF(value);
-        if (done) {
+        if (failed) {
             return -1;
         }
         first = 0;
     }
-    return PyList_Append(parts, txt_close_list);
-}
-
-static PyObject *
-joined(PyObject *parts)
-{
-    PyObject *text = PyUnicode_Join(txt_empty, parts);
-    Py_DECREF(parts);
-    return text;
+    return PUT_LITERAL(text, "]");
 }
 
 /* otlp_json.key_values(attributes): a JSON array of OTLP KeyValues. */
@@ -2192,18 +2315,51 @@ encoder_key_values(PyObject *module, PyObject *attributes)
     if (!PyDict_CheckExact(attributes)) { /* None, a mapping of the SDK's: the pure function */
         return PyObject_CallOneArg(en_key_values, attributes);
     }
-    if (PyDict_GET_SIZE(attributes) == 0) {
-        return Py_NewRef(txt_no_attributes);
-    }
-    PyObject *parts = PyList_New(0);
-    if (parts == NULL) {
+    Text text;
+    text_start(&text);
+    if (put_key_values(&text, attributes) < 0) {
+        text_drop(&text);
         return NULL;
     }
-    if (add_key_values(parts, attributes) < 0) {
-        Py_DECREF(parts);
-        return NULL;
+    PyObject *made = text_finish(&text);
+    return made != NULL || PyErr_Occurred() ? made : PyObject_CallOneArg(en_key_values, attributes);
+}
+
+/* ',"events":[...]' for ``events`` if they are all marks (1); 0: they are not, nothing
+ * written; -1: an error. */
+static int
+put_events(Text *text, PyObject *events)
+{
+    PyObject *items = PySequence_Fast(events, "events must be a sequence");
+    if (items == NULL) {
+        return -1;
     }
-    return joined(parts);
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *event = PySequence_Fast_GET_ITEM(items, i);
+        if ((PyObject *)Py_TYPE(event) != en_mark_event
+            || !PyDict_CheckExact(SLOT(event, en_at_attributes) ? SLOT(event, en_at_attributes) : Py_None)
+            || SLOT(event, en_at_name) == NULL || SLOT(event, en_at_timestamp) == NULL) {
+            Py_DECREF(items); /* an event of the SDK's: the pure function, for them all */
+            return 0;
+        }
+    }
+    int failed = PUT_LITERAL(text, ",\"events\":[") < 0;
+    for (Py_ssize_t i = 0; !failed && i < count; i++) {
+        PyObject *event = PySequence_Fast_GET_ITEM(items, i);
+        PyObject *attributes = SLOT(event, en_at_attributes);
+        failed = (i > 0 && PUT_LITERAL(text, ",") < 0)
+                 || PUT_LITERAL(text, "{\"timeUnixNano\":\"") < 0
+                 || put_int(text, SLOT(event, en_at_timestamp)) < 0
+                 || PUT_LITERAL(text, "\",\"name\":") < 0
+                 || put_new(text, PyObject_CallOneArg(en_quote, SLOT(event, en_at_name))) < 0
+                 || PUT_LITERAL(text, ",\"attributes\":") < 0
+                 || (PyDict_GET_SIZE(attributes) == 0 ? PUT_LITERAL(text, "[]") < 0
+                                                      : put_key_values(text, attributes) < 0)
+                 || PUT_LITERAL(text, "}") < 0;
+    }
+    Py_DECREF(items);
+    return failed || PUT_LITERAL(text, "]") < 0 ? -1 : 1;
 }
 
 /* otlp_json._events(events): ',"events":[...]' for a span's events. */
@@ -2214,41 +2370,15 @@ encoder_events(PyObject *module, PyObject *events)
         PyErr_SetString(PyExc_RuntimeError, "cirron's compiled encoder is not configured");
         return NULL;
     }
-    PyObject *items = PySequence_Fast(events, "events must be a sequence");
-    if (items == NULL) {
-        return NULL;
+    Text text;
+    text_start(&text);
+    int done = put_events(&text, events);
+    if (done <= 0) {
+        text_drop(&text);
+        return done < 0 ? NULL : PyObject_CallOneArg(en_events, events);
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *event = PySequence_Fast_GET_ITEM(items, i);
-        if ((PyObject *)Py_TYPE(event) != en_mark_event
-            || !PyDict_CheckExact(SLOT(event, en_at_attributes) ? SLOT(event, en_at_attributes) : Py_None)
-            || SLOT(event, en_at_name) == NULL || SLOT(event, en_at_timestamp) == NULL) {
-            Py_DECREF(items); /* an event of the SDK's: the pure function, for them all */
-            return PyObject_CallOneArg(en_events, events);
-        }
-    }
-    PyObject *parts = PyList_New(0);
-    int failed = parts == NULL || PyList_Append(parts, txt_events) < 0;
-    for (Py_ssize_t i = 0; !failed && i < count; i++) {
-        PyObject *event = PySequence_Fast_GET_ITEM(items, i);
-        failed = (i > 0 && PyList_Append(parts, txt_comma) < 0)
-                 || PyList_Append(parts, txt_time) < 0
-                 || add_part(parts, PyObject_Str(SLOT(event, en_at_timestamp))) < 0
-                 || PyList_Append(parts, txt_name) < 0
-                 || add_part(parts, PyObject_CallOneArg(en_quote, SLOT(event, en_at_name))) < 0
-                 || PyList_Append(parts, txt_attributes) < 0
-                 || (PyDict_GET_SIZE(SLOT(event, en_at_attributes)) == 0
-                         ? PyList_Append(parts, txt_no_attributes) < 0
-                         : add_key_values(parts, SLOT(event, en_at_attributes)) < 0)
-                 || PyList_Append(parts, txt_close) < 0;
-    }
-    Py_DECREF(items);
-    if (failed || PyList_Append(parts, txt_close_list) < 0) {
-        Py_XDECREF(parts);
-        return NULL;
-    }
-    return joined(parts);
+    PyObject *made = text_finish(&text);
+    return made != NULL || PyErr_Occurred() ? made : PyObject_CallOneArg(en_events, events);
 }
 
 /* _Encoder._scope_span(encoder, span): one of cirron's spans as its OTLP/JSON object, on the
@@ -2262,7 +2392,6 @@ static PyObject *en_unset_status;    /* spans.UNSET_STATUS */
 static Py_ssize_t en_at_heads, en_at_names, en_at_parents;
 static PyObject *str_head_method, *str_name_method, *str_parent_method, *str_links,
     *str_status, *str_dropped_events;
-static PyObject *txt_no_parent, *txt_end_time, *txt_attributes_member, *txt_local_flags;
 
 /* A field of ``span`` read as a plain attribute (its class's value when it has none). */
 static PyObject *
@@ -2287,29 +2416,9 @@ cached(PyObject *encoder, Py_ssize_t at, PyObject *key, PyObject *method, PyObje
     return PyErr_Occurred() ? NULL : PyObject_CallMethodOneArg(encoder, method, argument);
 }
 
-/* The decimal text of an int (a time), as str() writes it. */
-static PyObject *
-decimal(PyObject *number)
-{
-    if (PyLong_CheckExact(number)) {
-        int overflow = 0;
-        long long value = PyLong_AsLongLongAndOverflow(number, &overflow);
-        if (!overflow && value >= 0) { /* (snprintf costs more than the rest of a span) */
-            char text[24];
-            char *digit = text + sizeof(text);
-            do {
-                *--digit = (char)('0' + value % 10);
-                value /= 10;
-            } while (value);
-            return PyUnicode_FromStringAndSize(digit, text + sizeof(text) - digit);
-        }
-    }
-    return PyObject_Str(number);
-}
-
-/* The text of the common span into ``parts``: 1, 0 (not the common span: nothing added), -1. */
+/* The text of the common span: 1, 0 (not the common span: the pure method's), -1. */
 static int
-add_scope_span(PyObject *parts, PyObject *encoder, PyObject *span)
+put_scope_span(Text *text, PyObject *encoder, PyObject *span)
 {
     PyObject *links = field(span, str_links), *status = field(span, str_status),
              *dropped = field(span, str_dropped_events), *parent = field(span, str_parent_span),
@@ -2346,34 +2455,33 @@ add_scope_span(PyObject *parts, PyObject *encoder, PyObject *span)
     for (int i = 15; i >= 0; i--, id >>= 4) {
         hex[i] = "0123456789abcdef"[id & 15];
     }
-    int failed = PyList_Append(parts, PyTuple_GET_ITEM(head, 0)) < 0
-                 || add_part(parts, PyUnicode_FromStringAndSize(hex, 16)) < 0;
+    int failed = put_str(text, PyTuple_GET_ITEM(head, 0)) < 0 || put(text, hex, 16) < 0;
     if (!failed && parent == Py_None) {
-        failed = PyList_Append(parts, txt_no_parent) < 0;
+        failed = PUT_LITERAL(text, "\"") < 0;
     }
     else if (!failed) {
         PyObject *parent_id = field(parent, str_span_id);
         failed = parent_id == NULL
-                 || add_part(parts, cached(encoder, en_at_parents, parent_id, str_parent_method,
-                                           parent_id)) < 0;
+                 || put_new(text, cached(encoder, en_at_parents, parent_id, str_parent_method,
+                                         parent_id)) < 0;
         Py_XDECREF(parent_id);
     }
-    failed = failed || PyList_Append(parts, PyTuple_GET_ITEM(head, 1)) < 0;
+    failed = failed || put_str(text, PyTuple_GET_ITEM(head, 1)) < 0;
     Py_DECREF(head);
     if (failed) {
         goto done;
     }
     PyObject *name = field(span, str_name_field);
     failed = name == NULL
-             || add_part(parts, cached(encoder, en_at_names, name, str_name_method, name)) < 0;
+             || put_new(text, cached(encoder, en_at_names, name, str_name_method, name)) < 0;
     Py_XDECREF(name);
     PyObject *start = failed ? NULL : field(span, str_start_time);
-    failed = start == NULL || add_part(parts, decimal(start)) < 0
-             || PyList_Append(parts, txt_end_time) < 0;
+    failed = start == NULL || put_int(text, start) < 0
+             || PUT_LITERAL(text, "\",\"endTimeUnixNano\":\"") < 0;
     Py_XDECREF(start);
     PyObject *end = failed ? NULL : field(span, str_end_time);
-    failed = end == NULL || add_part(parts, decimal(end)) < 0
-             || PyList_Append(parts, txt_attributes_member) < 0;
+    failed = end == NULL || put_int(text, end) < 0
+             || PUT_LITERAL(text, "\",\"attributes\":") < 0;
     Py_XDECREF(end);
     if (failed) {
         goto done;
@@ -2384,20 +2492,23 @@ add_scope_span(PyObject *parts, PyObject *encoder, PyObject *span)
         failed = 1;
     }
     else if (!some) {
-        failed = PyList_Append(parts, txt_no_attributes) < 0;
+        failed = PUT_LITERAL(text, "[]") < 0;
     }
     else if (PyDict_CheckExact(attributes)) {
-        failed = add_key_values(parts, attributes) < 0;
+        failed = put_key_values(text, attributes) < 0;
     }
     else { /* a mapping of another kind: the pure function */
-        failed = add_part(parts, PyObject_CallOneArg(en_key_values, attributes)) < 0;
+        failed = put_new(text, PyObject_CallOneArg(en_key_values, attributes)) < 0;
     }
     Py_XDECREF(attributes);
-    failed = failed || PyList_Append(parts, txt_local_flags) < 0;
+    failed = failed || put_str(text, txt_local_flags) < 0;
     PyObject *events = failed ? NULL : field(span, str_events);
     some = events == NULL ? -1 : PyObject_IsTrue(events);
-    failed = some < 0 || (some && add_part(parts, encoder_events(NULL, events)) < 0)
-             || PyList_Append(parts, txt_close) < 0;
+    if (some > 0) { /* marks, written here; another's events, by the pure function */
+        int marks = put_events(text, events);
+        failed = marks < 0 || (marks == 0 && put_new(text, PyObject_CallOneArg(en_events, events)) < 0);
+    }
+    failed = failed || some < 0 || PUT_LITERAL(text, "}") < 0;
     Py_XDECREF(events);
     result = failed ? -1 : 1;
 done:
@@ -2420,13 +2531,16 @@ encoder_scope_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         || (PyObject *)Py_TYPE(args[1]) != sh_scope_span) {
         return PyObject_Vectorcall(en_scope_span_pure, args, nargs, NULL);
     }
-    PyObject *parts = PyList_New(0);
-    int done = parts == NULL ? -1 : add_scope_span(parts, args[0], args[1]);
+    Text text;
+    text_start(&text);
+    int done = put_scope_span(&text, args[0], args[1]);
     if (done <= 0) {
-        Py_XDECREF(parts);
+        text_drop(&text);
         return done < 0 ? NULL : PyObject_Vectorcall(en_scope_span_pure, args, nargs, NULL);
     }
-    return joined(parts);
+    PyObject *made = text_finish(&text);
+    return made != NULL || PyErr_Occurred() ? made
+                                             : PyObject_Vectorcall(en_scope_span_pure, args, nargs, NULL);
 }
 
 static PyObject *
@@ -2450,24 +2564,6 @@ configure_encoder(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_ssize_t at_parents = at_names < 0 ? -1 : slot_offset(f[9], "_parents");
     if (at_parents < 0) {
         return NULL;
-    }
-    struct {
-        PyObject **text;
-        const char *value;
-    } texts[] = {
-        {&txt_empty, ""}, {&txt_string, "{\"stringValue\":"}, {&txt_double, "{\"doubleValue\":"},
-        {&txt_int, "{\"intValue\":\""}, {&txt_int_end, "\"}"},
-        {&txt_true, "{\"boolValue\":true}"}, {&txt_false, "{\"boolValue\":false}"},
-        {&txt_close, "}"}, {&txt_open_list, "["}, {&txt_close_list, "]"}, {&txt_comma, ","},
-        {&txt_no_attributes, "[]"}, {&txt_events, ",\"events\":["},
-        {&txt_time, "{\"timeUnixNano\":\""}, {&txt_name, "\",\"name\":"},
-        {&txt_attributes, ",\"attributes\":"}, {&txt_no_parent, "\""},
-        {&txt_end_time, "\",\"endTimeUnixNano\":\""}, {&txt_attributes_member, "\",\"attributes\":"},
-    };
-    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
-        if (*texts[i].text == NULL && (*texts[i].text = PyUnicode_InternFromString(texts[i].value)) == NULL) {
-            return NULL;
-        }
     }
     PyObject **kept[12] = {&en_quote, &en_key_texts, &en_key_text, &en_any_value,
                            &en_key_values, &en_events, &en_mark_event, &en_non_finite,
