@@ -170,19 +170,38 @@ DEFERRED_SEEN = [False]
 class ScopeSpan(trace_api.Span, ReadableSpan):
     """A recording span of cirron's; see the module docstring."""
 
+    # Every field a span is made with, or that every reader reads, is a slot: the compiled
+    # helper reads and writes them by offset, and a span is smaller. What is made lazily
+    # (_context, _parent) is in the instance's dict, which ReadableSpan's instances have.
+    # Every slot is set where a span is made (here, finished(), and the compiled twin).
+    __slots__ = (
+        "_name",
+        "_trace_id",
+        "_span_id",
+        "_parent_span",
+        "_attributes",
+        "_state",
+        "_start_time",
+        "_end_time",  # set once, by end()
+        "_events",
+        "_status",  # replaced by set_status
+        "_links",
+        # Attributes known only later, or None: (key, resolve, the attributes they go in:
+        # None for the span's own, else an event's).
+        "_deferred",
+        "_dropped_events",
+    )
     _kind = SpanKind.INTERNAL
-    _end_time: int | None = None  # set once, by end(), in the instance dict
     _attributes: dict[str, Any]  # type: ignore[assignment]
+    _end_time: int | None
+    _events: Any  # () until the first, then a list (a deque at the limit)
+    _links: Any
+    _status: Status
+    _deferred: list[tuple[str, Any, Any]] | None
+    _dropped_events: int
     _context: Any
     _parent: Any
-    _links: tuple[Any, ...] = ()
-    _events: Any = ()
     _instrumentation_info = None
-    # Attributes known only later: (key, resolve, the attributes they go in: None for the
-    # span's own, else an event's).
-    _deferred: list[tuple[str, Any, Any]] | None = None
-    _status = UNSET_STATUS  # replaced in the instance by set_status
-    _dropped_events = 0
 
     def __init__(
         self,
@@ -204,6 +223,10 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         self._attributes = attributes
         self._state = state
         self._start_time = start_time if start_time is not None else _time_ns()
+        self._end_time = self._deferred = None
+        self._events = self._links = ()
+        self._status = UNSET_STATUS
+        self._dropped_events = 0
         for processor in state.processors._span_processors:
             processor.on_start(self, parent_context)
 
@@ -235,9 +258,14 @@ class ScopeSpan(trace_api.Span, ReadableSpan):
         span._attributes = attributes
         span._state = state
         span._start_time = start_time
+        span._events = span._links = ()
+        span._status = UNSET_STATUS
+        span._dropped_events = 0
         if deferred is not None:
             span._deferred = [(deferred[0], deferred[1], None)]
             DEFERRED_SEEN[0] = True
+        else:
+            span._deferred = None
         span._end_time = end_time
         for handler in state.whole_handlers():
             handler(span, parent_context)

@@ -243,6 +243,8 @@ static PyObject *sh_scope_span;  /* cirron.otel.spans.ScopeSpan */
 static PyObject *sh_time_ns;     /* time.time_ns */
 static PyObject *sh_recorder_dict; /* the recorder module's namespace: its "current" */
 static PyObject *sh_recorder_type; /* cirron.recording.recorder.Recorder (its fields are slots) */
+static PyObject *sh_unset_status;  /* spans.UNSET_STATUS: a new span's status */
+static PyObject *sh_no_events;     /* (): a new span's events and links */
 
 /* The Recorder fields the twins read, several a step: by their slots' offsets. */
 enum { REC_ENABLED, REC_TRAINING, REC_SESSION, REC_SESSION_CONTEXT, REC_LEAN, REC_PROCESSOR,
@@ -268,7 +270,11 @@ current_recorder(void)
             return NULL;
         }
     }
-    return current_recorder();
+    if (sh_recorder == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled helper is not configured");
+        return NULL;
+    }
+    return PyObject_GetAttr(sh_recorder, str_current); /* (no "current" in it: its error) */
 }
 
 /* ``rec``'s field ``which`` (a new reference; NULL with an error): read by offset on a
@@ -283,6 +289,49 @@ rec_field(PyObject *rec, int which)
         }
     }
     return PyObject_GetAttr(rec, rec_names[which]);
+}
+
+/* The ScopeSpan fields the twins read and write, for every span: by their slots' offsets
+ * (every one is set where a span is made; spans.py). */
+enum { SP_NAME, SP_TRACE_ID, SP_SPAN_ID, SP_PARENT, SP_ATTRIBUTES, SP_STATE, SP_START, SP_END,
+       SP_EVENTS, SP_STATUS, SP_LINKS, SP_DEFERRED, SP_DROPPED_EVENTS, SP_FIELDS };
+static const char *sp_slots[SP_FIELDS] = {
+    "_name", "_trace_id", "_span_id", "_parent_span", "_attributes", "_state", "_start_time",
+    "_end_time", "_events", "_status", "_links", "_deferred", "_dropped_events"};
+static PyObject *sp_names[SP_FIELDS]; /* the same names, interned */
+static Py_ssize_t sp_at[SP_FIELDS];
+
+/* ``span``'s field ``which`` (a new reference; NULL with an error): by offset on a ScopeSpan,
+ * by name (as a plain attribute) on anything else or a slot not set. */
+static PyObject *
+span_field(PyObject *span, int which)
+{
+    if ((PyObject *)Py_TYPE(span) == sh_scope_span) {
+        PyObject *value = *(PyObject **)((char *)span + sp_at[which]);
+        if (value != NULL) {
+            return Py_NewRef(value);
+        }
+    }
+    if (sp_names[which] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled helper is not configured");
+        return NULL;
+    }
+    return PyObject_GenericGetAttr(span, sp_names[which]);
+}
+
+/* Set ``span``'s field ``which`` to ``value`` (borrowed): 0, or -1 with an error. */
+static int
+set_span_field(PyObject *span, int which, PyObject *value)
+{
+    if ((PyObject *)Py_TYPE(span) == sh_scope_span) {
+        Py_XSETREF(*(PyObject **)((char *)span + sp_at[which]), Py_NewRef(value));
+        return 0;
+    }
+    if (sp_names[which] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled helper is not configured");
+        return -1;
+    }
+    return PyObject_GenericSetAttr(span, sp_names[which], value);
 }
 
 /* ``rec``'s field ``which`` is true: 1, false: 0, failed: -1. */
@@ -301,12 +350,14 @@ rec_true(PyObject *rec, int which)
 static PyObject *
 configure(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *f[9];
+    PyObject *f[10];
     static char *names[] = {"recorder", "pending", "open", "completed", "context_var",
-                            "span_key", "scope_span", "time_ns", "recorder_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!OOO!OO!", names, &f[0], &PyList_Type,
+                            "span_key", "scope_span", "time_ns", "recorder_type", "unset_status",
+                            NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!OOO!OO!O", names, &f[0], &PyList_Type,
                                      &f[1], &PyList_Type, &f[2], &PyList_Type, &f[3], &f[4],
-                                     &f[5], &PyType_Type, &f[6], &f[7], &PyType_Type, &f[8])) {
+                                     &f[5], &PyType_Type, &f[6], &f[7], &PyType_Type, &f[8],
+                                     &f[9])) {
         return NULL;
     }
     if (!PyContextVar_CheckExact(f[4]) || !PyModule_Check(f[0])) {
@@ -324,14 +375,31 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
             return NULL;
         }
     }
-    PyObject **kept[9] = {&sh_recorder, &sh_pending, &sh_open, &sh_completed, &sh_context_var,
-                          &sh_span_key, &sh_scope_span, &sh_time_ns, &sh_recorder_type};
-    for (int i = 0; i < 9; i++) {
+    Py_ssize_t span_offsets[SP_FIELDS];
+    for (int i = 0; i < SP_FIELDS; i++) {
+        span_offsets[i] = slot_offset(f[6], sp_slots[i]);
+        if (span_offsets[i] < 0) {
+            return NULL;
+        }
+        if (sp_names[i] == NULL && (sp_names[i] = PyUnicode_InternFromString(sp_slots[i])) == NULL) {
+            return NULL;
+        }
+    }
+    PyObject **kept[10] = {&sh_recorder, &sh_pending, &sh_open, &sh_completed, &sh_context_var,
+                           &sh_span_key, &sh_scope_span, &sh_time_ns, &sh_recorder_type,
+                           &sh_unset_status};
+    for (int i = 0; i < 10; i++) {
         Py_XSETREF(*kept[i], Py_NewRef(f[i]));
     }
     Py_XSETREF(sh_recorder_dict, Py_NewRef(PyModule_GetDict(f[0])));
     for (int i = 0; i < REC_FIELDS; i++) {
         rec_at[i] = offsets[i];
+    }
+    for (int i = 0; i < SP_FIELDS; i++) {
+        sp_at[i] = span_offsets[i];
+    }
+    if (sh_no_events == NULL && (sh_no_events = PyTuple_New(0)) == NULL) {
+        return NULL;
     }
     Py_RETURN_NONE;
 }
@@ -357,11 +425,9 @@ static Py_ssize_t hs_wake_at;        /* NOTED_WAKE_AT */
 static PyObject *hs_device;          /* torch_spans.CUDA: [torch.cuda once attached, or None] */
 static PyObject *hs_device_timer;    /* torch_spans._device_timer(hook): sets its device_timer */
 
-/* A ScopeSpan's own fields are read with PyObject_GenericGetAttr: ScopeSpan has a __getattr__
- * (for the two fields it makes lazily), which puts every other attribute read through a
- * slower hook; none of the fields read here is one of those two. */
+/* Names read or written as attributes (a ScopeSpan's fields are span_field's: by offset). */
 static PyObject *str_current, *str_enabled, *str_training, *str_detail, *str_session,
-    *str_session_context, *str_lean, *str_end_time, *str_processor, *str_noted, *str_append,
+    *str_session_context, *str_lean, *str_processor, *str_noted, *str_append,
     *str_noted_many, *str_initialized;
 
 typedef struct {
@@ -531,7 +597,7 @@ begin_impl(PyObject *name, PyObject *attributes, int device)
     hook->device_timer = Py_NewRef(Py_None);
     int lean_parent = 0;
     if ((PyObject *)Py_TYPE(parent) == sh_scope_span) {
-        PyObject *end_time = PyObject_GenericGetAttr(parent, str_end_time);
+        PyObject *end_time = span_field(parent, SP_END);
         if (end_time == NULL) {
             goto failed;
         }
@@ -863,7 +929,7 @@ typedef struct {
 } MarkObject;
 _Static_assert(offsetof(MarkObject, pure) == offsetof(PureHead, pure), "Mark starts as PureHead");
 
-static PyObject *str_point, *str_kind, *str_events, *str_state, *str_max_events;
+static PyObject *str_point, *str_kind, *str_max_events;
 
 /* The span a fast mark goes on (new reference), or NULL with no error: the pure twin's. */
 static PyObject *
@@ -892,7 +958,7 @@ mark_target(MarkObject *self)
         Py_XDECREF(span);
         return NULL;
     }
-    PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
+    PyObject *end_time = span_field(span, SP_END);
     Py_XDECREF(end_time);
     if (end_time != Py_None) {
         Py_DECREF(span);
@@ -905,13 +971,13 @@ mark_target(MarkObject *self)
 static PyObject *
 room_on(PyObject *span)
 {
-    PyObject *events = PyObject_GenericGetAttr(span, str_events);
+    PyObject *events = span_field(span, SP_EVENTS);
     if (events == NULL) {
         return NULL;
     }
     if (PyTuple_CheckExact(events) && PyTuple_GET_SIZE(events) == 0) { /* the first event */
         Py_SETREF(events, PyList_New(0));
-        if (events == NULL || PyObject_SetAttr(span, str_events, events) < 0) {
+        if (events == NULL || set_span_field(span, SP_EVENTS, events) < 0) {
             Py_XDECREF(events);
             return NULL;
         }
@@ -921,7 +987,7 @@ room_on(PyObject *span)
         Py_DECREF(events);
         return NULL;
     }
-    PyObject *state = PyObject_GenericGetAttr(span, str_state);
+    PyObject *state = span_field(span, SP_STATE);
     PyObject *limit = state == NULL ? NULL : PyObject_GetAttr(state, str_max_events);
     Py_XDECREF(state);
     Py_ssize_t most = limit == NULL ? -1 : PyLong_AsSsize_t(limit);
@@ -1087,13 +1153,12 @@ static PyTypeObject MarkType = {
 /* What configure_scopes was given (owned references; NULL until it is called); what they
  * share with the hook spans and the mark is configure's (sh_*). */
 static PyObject *sc_enclosing, *sc_depth_key, *sc_context, *sc_restore, *sc_scope,
-    *sc_random_bits, *sc_sixty_four, *sc_open_on, *sc_close_span, *sc_no_arguments;
+    *sc_random_bits, *sc_sixty_four, *sc_open_on, *sc_close_span, *sc_no_arguments, *sc_zero;
 static Py_ssize_t sc_max_depth;
 /* The offsets of Scope's slots: name, attributes, span, start_ns, _opened. */
 static Py_ssize_t at_scope_name, at_scope_attributes, at_scope_span, at_scope_start,
     at_scope_opened;
-static PyObject *str_end, *str_trace_id, *str_random_ids, *str_new_span_id, *str_name_field,
-    *str_span_id, *str_parent_span, *str_attributes_field, *str_start_time, *str_processors,
+static PyObject *str_end, *str_random_ids, *str_new_span_id, *str_processors,
     *str_span_processors, *str_on_start, *str_on_end;
 
 #define SLOT(object, offset) (*(PyObject **)((char *)(object) + (offset)))
@@ -1170,6 +1235,10 @@ static PyObject *
 new_scope_span(PyObject *const *fields)
 {
     PyObject *state = fields[4];
+    if (sh_unset_status == NULL || sh_no_events == NULL || sc_zero == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled helper is not configured");
+        return NULL;
+    }
     int random_ids = attribute_true(state, str_random_ids);
     if (random_ids < 0) {
         return NULL;
@@ -1194,19 +1263,18 @@ new_scope_span(PyObject *const *fields)
         Py_XDECREF(start);
         return NULL;
     }
-    PyObject *values[7] = {fields[0], fields[1], span_id, fields[2], fields[3], state, start};
-    PyObject *names[7] = {str_name_field, str_trace_id, str_span_id, str_parent_span,
-                          str_attributes_field, str_state, str_start_time};
-    int set = 0;
-    for (int i = 0; i < 7 && set == 0; i++) {
-        set = PyObject_GenericSetAttr(span, names[i], values[i]);
+    /* Every slot, as __init__ sets them (none was set: nothing to release). */
+    PyObject *values[SP_FIELDS] = {
+        [SP_NAME] = fields[0], [SP_TRACE_ID] = fields[1], [SP_SPAN_ID] = span_id,
+        [SP_PARENT] = fields[2], [SP_ATTRIBUTES] = fields[3], [SP_STATE] = state,
+        [SP_START] = start, [SP_END] = Py_None, [SP_EVENTS] = sh_no_events,
+        [SP_STATUS] = sh_unset_status, [SP_LINKS] = sh_no_events, [SP_DEFERRED] = Py_None,
+        [SP_DROPPED_EVENTS] = sc_zero};
+    for (int i = 0; i < SP_FIELDS; i++) {
+        *(PyObject **)((char *)span + sp_at[i]) = Py_NewRef(values[i]);
     }
     Py_DECREF(span_id);
     Py_DECREF(start);
-    if (set < 0) {
-        Py_DECREF(span);
-        return NULL;
-    }
     PyObject *processors = PyObject_GetAttr(state, str_processors);
     PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
     Py_XDECREF(processors);
@@ -1248,19 +1316,19 @@ end_scope_span(PyObject *span, PyObject *end_ns)
     if (stamp == NULL) {
         return -1;
     }
-    PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
+    PyObject *end_time = span_field(span, SP_END);
     if (end_time == NULL || end_time != Py_None) {
         Py_XDECREF(end_time);
         Py_DECREF(stamp);
         return end_time == NULL ? -1 : 0;
     }
     Py_DECREF(end_time);
-    int set = PyObject_GenericSetAttr(span, str_end_time, stamp);
+    int set = set_span_field(span, SP_END, stamp);
     Py_DECREF(stamp);
     if (set < 0) {
         return -1;
     }
-    PyObject *state = PyObject_GenericGetAttr(span, str_state);
+    PyObject *state = span_field(span, SP_STATE);
     PyObject *processors = state == NULL ? NULL : PyObject_GetAttr(state, str_processors);
     PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
     Py_XDECREF(state);
@@ -1332,7 +1400,7 @@ scope_enter_fast(PyObject *self)
     if (parent == NULL || parent_context == NULL || (PyObject *)Py_TYPE(parent) != sh_scope_span) {
         goto other;
     }
-    PyObject *end_time = PyObject_GenericGetAttr(parent, str_end_time);
+    PyObject *end_time = span_field(parent, SP_END);
     Py_XDECREF(end_time);
     if (end_time != Py_None) {
         goto other;
@@ -1341,7 +1409,7 @@ scope_enter_fast(PyObject *self)
     if (lean == NULL || lean == Py_None) {
         goto other;
     }
-    PyObject *trace_id = PyObject_GenericGetAttr(parent, str_trace_id);
+    PyObject *trace_id = span_field(parent, SP_TRACE_ID);
     PyObject *copied = trace_id == NULL ? NULL : PyDict_Copy(attributes);
     if (copied == NULL) {
         Py_XDECREF(trace_id);
@@ -1454,7 +1522,7 @@ done:
  * is behind) goes to the pure _enqueue, which may wait for room.
  * ------------------------------------------------------------------------------------- */
 
-static PyObject *str_deferred, *str_stopped, *str_started_count, *str_ended_count,
+static PyObject *str_stopped, *str_started_count, *str_ended_count,
     *str_open_spans, *str_sinks, *str_ring, *str_capacity, *str_wake_at, *str_wakeup,
     *str_is_set, *str_set, *str_enqueue, *str_store, *str_ended_deque, *str_evictions;
 
@@ -1587,7 +1655,7 @@ stopped(PyObject *processor)
 static PyObject *
 span_id_of(PyObject *span)
 {
-    return PyObject_GenericGetAttr(span, str_span_id);
+    return span_field(span, SP_SPAN_ID);
 }
 
 /* on_start(span, parent_context): 1 done, 0 the pure method's, -1 an error. */
@@ -1658,7 +1726,7 @@ into_ring(PyObject *processor, PyObject *span)
 static int
 untrack_ended(PyObject *span)
 {
-    PyObject *deferred = PyObject_GenericGetAttr(span, str_deferred);
+    PyObject *deferred = span_field(span, SP_DEFERRED);
     if (deferred == NULL) {
         return -1;
     }
@@ -1667,7 +1735,7 @@ untrack_ended(PyObject *span)
     if (later) {
         return 0;
     }
-    PyObject *events = PyObject_GenericGetAttr(span, str_events);
+    PyObject *events = span_field(span, SP_EVENTS);
     if (events == NULL) {
         return -1;
     }
@@ -1859,7 +1927,7 @@ open_lean(PyObject *span)
     if (span == NULL || (PyObject *)Py_TYPE(span) != sh_scope_span) {
         return 0;
     }
-    PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
+    PyObject *end_time = span_field(span, SP_END);
     Py_XDECREF(end_time);
     if (end_time == NULL) {
         PyErr_Clear();
@@ -1900,7 +1968,7 @@ open_on_fast(PyObject *rec, PyObject *name, PyObject *attributes, PyObject *star
     if (parent_context == NULL || !open_lean(parent)) {
         goto other; /* a foreign or ended parent, a provider's root: the SDK's way */
     }
-    PyObject *trace_id = PyObject_GenericGetAttr(parent, str_trace_id);
+    PyObject *trace_id = span_field(parent, SP_TRACE_ID);
     if (trace_id == NULL) {
         goto other;
     }
@@ -2043,6 +2111,9 @@ configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
         if (offsets[i] < 0) {
             return NULL;
         }
+    }
+    if (sc_zero == NULL && (sc_zero = PyLong_FromLong(0)) == NULL) {
+        return NULL;
     }
     if (sc_sixty_four == NULL && (sc_sixty_four = PyLong_FromLong(64)) == NULL) {
         return NULL;
@@ -2390,15 +2461,7 @@ static PyObject *en_scope_span_pure; /* _Encoder._scope_span (pure) */
 static PyObject *en_encoder_type;    /* _Encoder: its caches are slots */
 static PyObject *en_unset_status;    /* spans.UNSET_STATUS */
 static Py_ssize_t en_at_heads, en_at_names, en_at_parents;
-static PyObject *str_head_method, *str_name_method, *str_parent_method, *str_links,
-    *str_status, *str_dropped_events;
-
-/* A field of ``span`` read as a plain attribute (its class's value when it has none). */
-static PyObject *
-field(PyObject *span, PyObject *name)
-{
-    return PyObject_GenericGetAttr(span, name);
-}
+static PyObject *str_head_method, *str_name_method, *str_parent_method;
 
 /* cache.get(key) or encoder.method(argument): a new reference, NULL with an error. */
 static PyObject *
@@ -2420,9 +2483,9 @@ cached(PyObject *encoder, Py_ssize_t at, PyObject *key, PyObject *method, PyObje
 static int
 put_scope_span(Text *text, PyObject *encoder, PyObject *span)
 {
-    PyObject *links = field(span, str_links), *status = field(span, str_status),
-             *dropped = field(span, str_dropped_events), *parent = field(span, str_parent_span),
-             *span_id = field(span, str_span_id);
+    PyObject *links = span_field(span, SP_LINKS), *status = span_field(span, SP_STATUS),
+             *dropped = span_field(span, SP_DROPPED_EVENTS), *parent = span_field(span, SP_PARENT),
+             *span_id = span_field(span, SP_SPAN_ID);
     int result = -1;
     if (links == NULL || status == NULL || dropped == NULL || parent == NULL || span_id == NULL) {
         goto done;
@@ -2439,7 +2502,7 @@ put_scope_span(Text *text, PyObject *encoder, PyObject *span)
         result = 0;
         goto done;
     }
-    PyObject *trace_id = field(span, str_trace_id);
+    PyObject *trace_id = span_field(span, SP_TRACE_ID);
     PyObject *head = trace_id == NULL ? NULL
                      : cached(encoder, en_at_heads, trace_id, str_head_method, span);
     Py_XDECREF(trace_id);
@@ -2460,7 +2523,7 @@ put_scope_span(Text *text, PyObject *encoder, PyObject *span)
         failed = PUT_LITERAL(text, "\"") < 0;
     }
     else if (!failed) {
-        PyObject *parent_id = field(parent, str_span_id);
+        PyObject *parent_id = span_field(parent, SP_SPAN_ID);
         failed = parent_id == NULL
                  || put_new(text, cached(encoder, en_at_parents, parent_id, str_parent_method,
                                          parent_id)) < 0;
@@ -2471,22 +2534,22 @@ put_scope_span(Text *text, PyObject *encoder, PyObject *span)
     if (failed) {
         goto done;
     }
-    PyObject *name = field(span, str_name_field);
+    PyObject *name = span_field(span, SP_NAME);
     failed = name == NULL
              || put_new(text, cached(encoder, en_at_names, name, str_name_method, name)) < 0;
     Py_XDECREF(name);
-    PyObject *start = failed ? NULL : field(span, str_start_time);
+    PyObject *start = failed ? NULL : span_field(span, SP_START);
     failed = start == NULL || put_int(text, start) < 0
              || PUT_LITERAL(text, "\",\"endTimeUnixNano\":\"") < 0;
     Py_XDECREF(start);
-    PyObject *end = failed ? NULL : field(span, str_end_time);
+    PyObject *end = failed ? NULL : span_field(span, SP_END);
     failed = end == NULL || put_int(text, end) < 0
              || PUT_LITERAL(text, "\",\"attributes\":") < 0;
     Py_XDECREF(end);
     if (failed) {
         goto done;
     }
-    PyObject *attributes = field(span, str_attributes_field);
+    PyObject *attributes = span_field(span, SP_ATTRIBUTES);
     int some = attributes == NULL ? -1 : PyObject_IsTrue(attributes);
     if (some < 0) {
         failed = 1;
@@ -2502,7 +2565,7 @@ put_scope_span(Text *text, PyObject *encoder, PyObject *span)
     }
     Py_XDECREF(attributes);
     failed = failed || put_str(text, txt_local_flags) < 0;
-    PyObject *events = failed ? NULL : field(span, str_events);
+    PyObject *events = failed ? NULL : span_field(span, SP_EVENTS);
     some = events == NULL ? -1 : PyObject_IsTrue(events);
     if (some > 0) { /* marks, written here; another's events, by the pure function */
         int marks = put_events(text, events);
@@ -2893,8 +2956,8 @@ close_plain_step(PyObject *state, PyObject *step, PyObject *end_ns)
     if ((PyObject *)Py_TYPE(span) != sh_scope_span) {
         return 0;
     }
-    PyObject *end_time = PyObject_GenericGetAttr(span, str_end_time);
-    PyObject *start_time = end_time == NULL ? NULL : PyObject_GenericGetAttr(span, str_start_time);
+    PyObject *end_time = span_field(span, SP_END);
+    PyObject *start_time = end_time == NULL ? NULL : span_field(span, SP_START);
     int ok = end_time == Py_None && start_time != NULL
              && (start_time == Py_None || PyLong_CheckExact(start_time));
     long long started = ok && start_time != Py_None ? PyLong_AsLongLong(start_time) : 0;
@@ -3081,8 +3144,8 @@ begin_next_step(PyObject *rec, PyObject *state)
         return 0;
     }
     Py_INCREF(here); /* (held while the step opens: the context var moves on) */
-    PyObject *end_time = PyObject_GenericGetAttr(here, str_end_time);
-    PyObject *start_time = end_time == NULL ? NULL : PyObject_GenericGetAttr(here, str_start_time);
+    PyObject *end_time = span_field(here, SP_END);
+    PyObject *start_time = end_time == NULL ? NULL : span_field(here, SP_START);
     long long here_start = start_time != NULL && PyLong_CheckExact(start_time)
                                ? PyLong_AsLongLong(start_time) : 0;
     ok = end_time == Py_None && start_time != NULL && here_start <= start;
@@ -3990,24 +4053,20 @@ PyInit__hot(void)
     } interned[] = {
         {&str_current, "current"}, {&str_enabled, "enabled"}, {&str_training, "training"},
         {&str_detail, "detail"}, {&str_session, "session"}, {&str_session_context, "session_context"},
-        {&str_lean, "lean"}, {&str_end_time, "_end_time"}, {&str_processor, "processor"},
+        {&str_lean, "lean"}, {&str_processor, "processor"},
         {&str_noted, "noted"}, {&str_append, "append"}, {&str_noted_many, "noted_many"},
         {&str_initialized, "_initialized"}, {&str_point, "point"}, {&str_kind, "kind"},
-        {&str_events, "_events"}, {&str_state, "_state"}, {&str_max_events, "max_events"},
-        {&str_end, "end"}, {&str_trace_id, "_trace_id"}, {&str_random_ids, "random_ids"},
-        {&str_new_span_id, "new_span_id"}, {&str_name_field, "_name"}, {&str_span_id, "_span_id"},
-        {&str_parent_span, "_parent_span"}, {&str_attributes_field, "_attributes"},
-        {&str_start_time, "_start_time"}, {&str_processors, "processors"},
+        {&str_max_events, "max_events"},
+        {&str_end, "end"}, {&str_random_ids, "random_ids"},
+        {&str_new_span_id, "new_span_id"},                 {&str_processors, "processors"},
         {&str_span_processors, "_span_processors"}, {&str_on_start, "on_start"},
         {&str_on_end, "on_end"}, {&str_stopped, "_stopped"}, {&str_started_count, "_started"},
         {&str_ended_count, "_ended"}, {&str_open_spans, "_open_spans"}, {&str_sinks, "sinks"},
         {&str_ring, "_ring"}, {&str_capacity, "capacity"}, {&str_wake_at, "_wake_at"},
         {&str_wakeup, "_wakeup"}, {&str_is_set, "is_set"}, {&str_set, "set"},
         {&str_enqueue, "_enqueue"}, {&str_store, "store"}, {&str_ended_deque, "ended_deque"},
-        {&str_evictions, "evictions"}, {&str_deferred, "_deferred"},
-        {&str_head_method, "_head"}, {&str_name_method, "_name"}, {&str_parent_method, "_parent"},
-        {&str_links, "_links"}, {&str_status, "_status"}, {&str_dropped_events, "_dropped_events"},
-        {&str_acquire, "acquire"}, {&str_release, "release"}, {&str_settings, "settings"},
+        {&str_evictions, "evictions"},         {&str_head_method, "_head"}, {&str_name_method, "_name"}, {&str_parent_method, "_parent"},
+                {&str_acquire, "acquire"}, {&str_release, "release"}, {&str_settings, "settings"},
         {&str_step_sampling, "step_sampling"}, {&str_module, "__module__"},
         {&str_wrapped, "__wrapped__"}, {&str_cirron_prefix, "cirron."}, {&str_name, "__name__"},
     };

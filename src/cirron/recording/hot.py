@@ -97,7 +97,7 @@ def watch(module: types.ModuleType) -> None:
 compiled, hot_path = _load()
 if compiled is not None:
     from ..exporters import otlp_json
-    from ..otel.spans import SPAN_KEY, ScopeSpan, context_variable
+    from ..otel.spans import SPAN_KEY, UNSET_STATUS, ScopeSpan, context_variable
     from . import recorder, training_state
 
     # What every compiled twin reads (the hook spans, the scopes, the mark), given once: each
@@ -112,6 +112,7 @@ if compiled is not None:
         scope_span=ScopeSpan,
         time_ns=time.time_ns,
         recorder_type=recorder.Recorder,
+        unset_status=UNSET_STATUS,
     )
     # The spool's encoder, in a package below this one, writes with it too.
     otlp_json.use_compiled(compiled)
