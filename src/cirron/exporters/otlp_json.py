@@ -364,7 +364,6 @@ def use_compiled(compiled: Any) -> None:
         non_finite=_NON_FINITE,
         scope_span=PURE_TWINS["scope_span"],
         encoder=_Encoder,
-        unset_status=UNSET_STATUS,
         local_flags=_LOCAL_FLAGS,
     )
     key_values, _events, scope_span = compiled.key_values, compiled.events, compiled.scope_span

@@ -244,7 +244,6 @@ static PyObject *sh_time_ns;     /* time.time_ns */
 static PyObject *sh_recorder_dict; /* the recorder module's namespace: its "current" */
 static PyObject *sh_recorder_type; /* cirron.recording.recorder.Recorder (its fields are slots) */
 static PyObject *sh_unset_status;  /* spans.UNSET_STATUS: a new span's status */
-static PyObject *sh_no_events;     /* (): a new span's events and links */
 
 /* The Recorder fields the twins read, several a step: by their slots' offsets. */
 enum { REC_ENABLED, REC_TRAINING, REC_SESSION, REC_SESSION_CONTEXT, REC_LEAN, REC_PROCESSOR,
@@ -255,6 +254,24 @@ static PyObject *rec_names[REC_FIELDS]; /* the same names, interned */
 static Py_ssize_t rec_at[REC_FIELDS];
 
 static Py_ssize_t slot_offset(PyObject *type, const char *name);
+
+/* The offsets of ``count`` slots of ``type`` into ``offsets``, and their names interned into
+ * ``names`` (made once): 0, or -1 with an error (no such slot). */
+static int
+slot_offsets(PyObject *type, const char *const *slots, int count, Py_ssize_t *offsets,
+             PyObject **names)
+{
+    for (int i = 0; i < count; i++) {
+        offsets[i] = slot_offset(type, slots[i]);
+        if (offsets[i] < 0) {
+            return -1;
+        }
+        if (names[i] == NULL && (names[i] = PyUnicode_InternFromString(slots[i])) == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
 static PyObject *str_current; /* "current" (interned with the others, below) */
 
 /* recorder.current: a new reference (None: no recorder), or NULL with an error. */
@@ -365,25 +382,10 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
                         "context_var must be a contextvars.ContextVar, recorder a module");
         return NULL;
     }
-    Py_ssize_t offsets[REC_FIELDS];
-    for (int i = 0; i < REC_FIELDS; i++) {
-        offsets[i] = slot_offset(f[8], rec_slots[i]);
-        if (offsets[i] < 0) {
-            return NULL;
-        }
-        if (rec_names[i] == NULL && (rec_names[i] = PyUnicode_InternFromString(rec_slots[i])) == NULL) {
-            return NULL;
-        }
-    }
-    Py_ssize_t span_offsets[SP_FIELDS];
-    for (int i = 0; i < SP_FIELDS; i++) {
-        span_offsets[i] = slot_offset(f[6], sp_slots[i]);
-        if (span_offsets[i] < 0) {
-            return NULL;
-        }
-        if (sp_names[i] == NULL && (sp_names[i] = PyUnicode_InternFromString(sp_slots[i])) == NULL) {
-            return NULL;
-        }
+    Py_ssize_t offsets[REC_FIELDS], span_offsets[SP_FIELDS];
+    if (slot_offsets(f[8], rec_slots, REC_FIELDS, offsets, rec_names) < 0
+        || slot_offsets(f[6], sp_slots, SP_FIELDS, span_offsets, sp_names) < 0) {
+        return NULL;
     }
     PyObject **kept[10] = {&sh_recorder, &sh_pending, &sh_open, &sh_completed, &sh_context_var,
                            &sh_span_key, &sh_scope_span, &sh_time_ns, &sh_recorder_type,
@@ -397,9 +399,6 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
     }
     for (int i = 0; i < SP_FIELDS; i++) {
         sp_at[i] = span_offsets[i];
-    }
-    if (sh_no_events == NULL && (sh_no_events = PyTuple_New(0)) == NULL) {
-        return NULL;
     }
     Py_RETURN_NONE;
 }
@@ -1153,7 +1152,8 @@ static PyTypeObject MarkType = {
 /* What configure_scopes was given (owned references; NULL until it is called); what they
  * share with the hook spans and the mark is configure's (sh_*). */
 static PyObject *sc_enclosing, *sc_depth_key, *sc_context, *sc_restore, *sc_scope,
-    *sc_random_bits, *sc_sixty_four, *sc_open_on, *sc_close_span, *sc_no_arguments, *sc_zero;
+    *sc_random_bits, *sc_sixty_four, *sc_open_on, *sc_close_span, *sc_zero;
+static PyObject *sc_empty; /* (): tp_new's arguments, a new span's events and links */
 static Py_ssize_t sc_max_depth;
 /* The offsets of Scope's slots: name, attributes, span, start_ns, _opened. */
 static Py_ssize_t at_scope_name, at_scope_attributes, at_scope_span, at_scope_start,
@@ -1230,15 +1230,12 @@ scope_new_fast(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 }
 
 /* ScopeSpan(name, trace_id, parent, attributes, state, parent_context, start_ns), as its
- * __init__ makes it (new reference): the same fields, then each processor's on_start. */
+ * __init__ makes it (new reference): the same fields, then each processor's on_start. Called
+ * where scopes_configured(): configure and configure_scopes made what it sets. */
 static PyObject *
 new_scope_span(PyObject *const *fields)
 {
     PyObject *state = fields[4];
-    if (sh_unset_status == NULL || sh_no_events == NULL || sc_zero == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "cirron's compiled helper is not configured");
-        return NULL;
-    }
     int random_ids = attribute_true(state, str_random_ids);
     if (random_ids < 0) {
         return NULL;
@@ -1257,7 +1254,7 @@ new_scope_span(PyObject *const *fields)
     /* tp_new, not tp_alloc: object.__new__ also lays out the instance's attributes as
      * every ScopeSpan's (CPython's shared keys); set on a bare object they made it a dict. */
     PyTypeObject *type = (PyTypeObject *)sh_scope_span;
-    PyObject *span = start == NULL ? NULL : type->tp_new(type, sc_no_arguments, NULL);
+    PyObject *span = start == NULL ? NULL : type->tp_new(type, sc_empty, NULL);
     if (span == NULL) {
         Py_DECREF(span_id);
         Py_XDECREF(start);
@@ -1267,8 +1264,8 @@ new_scope_span(PyObject *const *fields)
     PyObject *values[SP_FIELDS] = {
         [SP_NAME] = fields[0], [SP_TRACE_ID] = fields[1], [SP_SPAN_ID] = span_id,
         [SP_PARENT] = fields[2], [SP_ATTRIBUTES] = fields[3], [SP_STATE] = state,
-        [SP_START] = start, [SP_END] = Py_None, [SP_EVENTS] = sh_no_events,
-        [SP_STATUS] = sh_unset_status, [SP_LINKS] = sh_no_events, [SP_DEFERRED] = Py_None,
+        [SP_START] = start, [SP_END] = Py_None, [SP_EVENTS] = sc_empty,
+        [SP_STATUS] = sh_unset_status, [SP_LINKS] = sc_empty, [SP_DEFERRED] = Py_None,
         [SP_DROPPED_EVENTS] = sc_zero};
     for (int i = 0; i < SP_FIELDS; i++) {
         *(PyObject **)((char *)span + sp_at[i]) = Py_NewRef(values[i]);
@@ -2118,7 +2115,7 @@ configure_scopes(PyObject *module, PyObject *args, PyObject *kwargs)
     if (sc_sixty_four == NULL && (sc_sixty_four = PyLong_FromLong(64)) == NULL) {
         return NULL;
     }
-    if (sc_no_arguments == NULL && (sc_no_arguments = PyTuple_New(0)) == NULL) {
+    if (sc_empty == NULL && (sc_empty = PyTuple_New(0)) == NULL) {
         return NULL;
     }
     PyObject **kept[8] = {&sc_enclosing, &sc_depth_key, &sc_context, &sc_restore, &sc_scope,
@@ -2459,7 +2456,6 @@ encoder_events(PyObject *module, PyObject *events)
  * method keeps it (and its methods make what is not there yet). */
 static PyObject *en_scope_span_pure; /* _Encoder._scope_span (pure) */
 static PyObject *en_encoder_type;    /* _Encoder: its caches are slots */
-static PyObject *en_unset_status;    /* spans.UNSET_STATUS */
 static Py_ssize_t en_at_heads, en_at_names, en_at_parents;
 static PyObject *str_head_method, *str_name_method, *str_parent_method;
 
@@ -2490,7 +2486,7 @@ put_scope_span(Text *text, PyObject *encoder, PyObject *span)
     if (links == NULL || status == NULL || dropped == NULL || parent == NULL || span_id == NULL) {
         goto done;
     }
-    int plain = PyObject_IsTrue(links) == 0 && status == en_unset_status
+    int plain = PyObject_IsTrue(links) == 0 && status == sh_unset_status
                 && PyObject_IsTrue(dropped) == 0 && PyLong_CheckExact(span_id)
                 && (parent == Py_None || (PyObject *)Py_TYPE(parent) == sh_scope_span);
     unsigned long long id = plain ? PyLong_AsUnsignedLongLong(span_id) : 0;
@@ -2609,14 +2605,14 @@ encoder_scope_span(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 configure_encoder(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *f[12];
+    PyObject *f[11];
     static char *names[] = {"quote", "key_texts", "key_text", "any_value", "key_values",
                             "events", "mark_event", "non_finite", "scope_span", "encoder",
-                            "unset_status", "local_flags", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!OOOOO!O!OO!OU", names, &f[0],
+                            "local_flags", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!OOOOO!O!OO!U", names, &f[0],
                                      &PyDict_Type, &f[1], &f[2], &f[3], &f[4], &f[5],
                                      &PyType_Type, &f[6], &PyDict_Type, &f[7], &f[8],
-                                     &PyType_Type, &f[9], &f[10], &f[11])) {
+                                     &PyType_Type, &f[9], &f[10])) {
         return NULL;
     }
     Py_ssize_t at_name = slot_offset(f[6], "_name");
@@ -2628,11 +2624,10 @@ configure_encoder(PyObject *module, PyObject *args, PyObject *kwargs)
     if (at_parents < 0) {
         return NULL;
     }
-    PyObject **kept[12] = {&en_quote, &en_key_texts, &en_key_text, &en_any_value,
+    PyObject **kept[11] = {&en_quote, &en_key_texts, &en_key_text, &en_any_value,
                            &en_key_values, &en_events, &en_mark_event, &en_non_finite,
-                           &en_scope_span_pure, &en_encoder_type, &en_unset_status,
-                           &txt_local_flags};
-    for (int i = 0; i < 12; i++) {
+                           &en_scope_span_pure, &en_encoder_type, &txt_local_flags};
+    for (int i = 0; i < 11; i++) {
         Py_XSETREF(*kept[i], Py_NewRef(f[i]));
     }
     en_at_name = at_name;
@@ -4005,7 +4000,7 @@ static PyMethodDef hot_methods[] = {
     {"configure_encoder", (PyCFunction)(void (*)(void))configure_encoder,
      METH_VARARGS | METH_KEYWORDS,
      "configure_encoder(*, quote, key_texts, key_text, any_value, key_values, events, "
-     "mark_event, non_finite, scope_span, encoder, unset_status, local_flags): what the "
+     "mark_event, non_finite, scope_span, encoder, local_flags): what the "
      "spool's encoder works with."},
     {"scope_span", (PyCFunction)(void (*)(void))encoder_scope_span, METH_FASTCALL,
      "scope_span(encoder, span): cirron.exporters.otlp_json._Encoder._scope_span, compiled."},
