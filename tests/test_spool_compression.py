@@ -99,6 +99,44 @@ def test_the_compressed_spool_is_several_times_smaller(compressed, plain):
     assert size[compressed] * 4 < size[plain], size
 
 
+HEALTH = TRAIN.replace("ci.shutdown()", "print(ci.health()['gzip'])\n    ci.shutdown()")
+
+
+def without_isal(folder: Path, body: str) -> dict[str, str]:
+    """An environment whose ``import isal`` finds ``body`` first (a machine without the
+    ``speedups`` extra, or with a broken install of it)."""
+    (folder / "isal.py").write_text(body)
+    return {"PYTHONPATH": str(folder)}
+
+
+@pytest.mark.parametrize(
+    "isal, expected",
+    [
+        ("raise ImportError('not installed')", "zlib"),
+        ("raise RuntimeError('a broken build')", "zlib"),
+        (None, "isal"),
+    ],
+)
+def test_isal_or_zlib_write_the_same_spool(isal, expected, compressed, tmp_path):
+    """ISA-L where the ``speedups`` extra is installed, zlib where not: the same spans,
+    files any gzip reader inflates, and ``ci.health()`` says which compressor ran."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    env = without_isal(modules, isal) if isal is not None else {}
+    result = run_python(HEALTH, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [expected], result.stdout
+    broken = "RuntimeError" in (isal or "")
+    assert ("does not load (a broken build)" in result.stderr) == broken, result.stderr
+    written = tmp_path / ".cirron"
+    for name in names(written):
+        json.loads(gzip.decompress((written / "spool" / name).read_bytes()))
+    steps = written / "index" / next(n.name for n in (written / "index").glob("*.steps.jsonl.gz"))
+    rows = [json.loads(line) for line in gzip.decompress(steps.read_bytes()).splitlines()]
+    assert rows and all(row["file"] in names(written) for row in rows)
+    assert shape(ci.spool_spans(str(written))) == shape(ci.spool_spans(str(compressed)))
+
+
 def test_old_and_new_files_in_one_folder_read_together(compressed, plain, tmp_path):
     """A spool written before compression, then resumed by a newer cirron."""
     folder = tmp_path / ".cirron" / "spool"

@@ -18,6 +18,7 @@ from opentelemetry.trace import Status, StatusCode, get_current_span
 from . import config as config_module
 from . import exporters, lifecycle, registry, training
 from .config import Settings
+from .exporters import deflate
 from .exporters.sinks import SinkWorker
 from .metrics import Recorded
 from .metrics import render as render_metrics
@@ -208,6 +209,7 @@ class Profiler:
             trace_evicted=store.evicted if store else 0,
             trace_capacity=store.capacity if store else 0,
             hot_path=hot.hot_path,
+            gzip=deflate.by,
         )
         return report
 
@@ -580,6 +582,7 @@ def health() -> dict[str, Any]:
         trace_evicted=store.evicted if store else 0,
         trace_capacity=store.capacity if store else 0,
         hot_path=hot.hot_path,
+        gzip=deflate.by,
     )
     return report
 

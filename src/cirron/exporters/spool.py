@@ -7,11 +7,12 @@ A file is written under a temporary name and renamed into place, so a reader nev
 half a file (see ``cirron.exporters.files``).
 
 Why gzip: the standard library has it (no dependency, every platform), ``zcat``, ``jq``'s
-users and the Collector's file receiver read it, and at level 5 it makes a training run's
-spans about 9 times smaller (180 bytes a step of a plain torch loop, 1,560 plain: level 6
-saves 0.5 % more for 40 % more CPU). zlib
-releases the GIL while it compresses, so the work overlaps the training thread's. zstd
-compresses as well at a third of the CPU but needs a package, and a reader its tool.
+users and the Collector's file receiver read it, and it makes a training run's spans about 8
+times smaller (about 190 bytes a step of a plain torch loop, 1,560 plain). ISA-L writes it
+where the ``speedups`` extra is installed, at a tenth of zlib's CPU, else zlib at level 5
+(:mod:`cirron.exporters.deflate`); both release the GIL while they compress, so the work
+overlaps the training thread's. zstd compresses as well but needs a package, and a reader
+its tool.
 
 With ``spool_max_bytes`` set, a process writes at most that many bytes of spool files (as
 written: compressed): of the batch that would cross it, the spans that fit are written (as
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import config
-from . import files, spool_reader
+from . import deflate, files, spool_reader
 from .otlp_json import encode_request
 from .sinks import PartialExport
 from .spool_index import IndexWriter
@@ -97,7 +97,7 @@ class SpoolExporter(SpanExporter):
     def _encode(self, spans: Sequence[ReadableSpan]) -> bytes:
         data = encode_request(spans).encode("ascii")
         if self.compression == "gzip":
-            return _gzip(data)
+            return deflate.gzip_member(data)
         return data
 
     def _write(self, data: bytes) -> str:
@@ -118,17 +118,6 @@ class SpoolExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
-
-
-# gzip's header with no name and no time (the same bytes for the same spans), and level 5.
-_GZIP_LEVEL = 5
-
-
-def _gzip(data: bytes) -> bytes:
-    """``data`` as one gzip member: what ``gzip.compress(data, 5, mtime=0)`` gives, by zlib
-    directly (which releases the GIL while it works)."""
-    deflate = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: gzip's header and trailer
-    return deflate.compress(data) + deflate.flush()
 
 
 def spool_files(path: str = ".cirron") -> list[str]:

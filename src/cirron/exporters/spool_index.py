@@ -40,14 +40,13 @@ import json
 import logging
 import operator
 import os
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from opentelemetry.trace import StatusCode
 
 from ..otel import semconv
-from . import files, spool_reader
+from . import deflate, files, spool_reader
 from .step_rows import StepFold
 
 _log = logging.getLogger("cirron")
@@ -232,10 +231,9 @@ class IndexWriter:
             files.make_directory(self.directory)
             rows = self._steps.rows(spans)
             if rows is not None:  # a gzip member a flush: the file is one gzip stream to zcat
-                member = zlib.compressobj(6, zlib.DEFLATED, 31)
                 data = (_json({"v": VERSION, "file": base} | rows) + "\n").encode()
                 name = os.path.join(self.directory, f"{os.getpid()}{STEPS_SUFFIX}")
-                _append(name, member.compress(data) + member.flush())
+                _append(name, deflate.gzip_member(data, level=6))
             # The file's line last: a line says its rows, if any, are all written.
             lines = summarize(base, spans, self._open_spans())
             text = "".join(_json(line) + "\n" for line in lines)
