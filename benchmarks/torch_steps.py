@@ -353,11 +353,15 @@ def collector(steps: int, profiled: bool) -> dict[str, float]:
     return {"ns": timer.seconds / steps * 1e9, "full": timer.full * 10_000 / steps}
 
 
-def counted_steps(steps: int, profiled: bool, batches: int = 8) -> dict[str, int]:
-    """``steps`` trivial steps (after 30 not counted) inside ``functools.reduce``: the one
-    call of the process whose instructions :func:`instructions_per_step` has callgrind count,
-    on the training thread, in epochs of ``batches`` steps. Runs in a subprocess, under
-    either SDK.
+def counted_steps(
+    steps: int, profiled: bool, batches: int = 8, case_name: str = "trivial", warm: int = 30
+) -> dict[str, int]:
+    """``steps`` trivial steps (after ``warm`` not counted) inside ``functools.reduce``: the
+    one call of the process whose instructions :func:`instructions_per_step` has callgrind
+    count, on the training thread, in epochs of ``batches`` steps. Runs in a subprocess,
+    under either SDK. ``case_name="mlp"``: the MLP's steps instead (epochs of 8), whose
+    instructions are mostly its matrix products (callgrind runs them about 300 times slower:
+    a few seconds a step).
 
     The garbage collector is off while they run: whether one of its passes (a million
     instructions) falls inside the 300 steps or just after them is chance, and moved the
@@ -373,10 +377,10 @@ def counted_steps(steps: int, profiled: bool, batches: int = 8) -> dict[str, int
 
     os.environ["CIRRON_STEP_RESOURCES_INTERVAL"] = "5"  # (the reference SDK has no such setting)
     torch.set_num_threads(1)
-    case = _trivial_case(batches)
+    case = _trivial_case(batches) if case_name == "trivial" else _mlp_case()
     if profiled:
         ci.profile(output="none", frameworks=["torch"])
-    case(30)
+    case(warm)
     gc.collect()
     gc.disable()
     functools.reduce(lambda _, __: case(steps), range(1), None)
@@ -398,8 +402,24 @@ def instructions(steps: int) -> dict[str, float | None]:
         )
         for profiled in (True, False)
     )
+    # The MLP's steps: what the hooks add to a step that does real work, as a share of its
+    # instructions (two epochs of 8 counted, after one not counted).
+    mlp = {
+        profiled: reference.call_snippet(
+            "torch_steps",
+            "counted_steps",
+            steps=MLP_COUNTED,
+            profiled=profiled,
+            case_name="mlp",
+            warm=8,
+        )
+        for profiled in (True, False)
+    }
     python = reference.reference_python()
     runs = {
+        "mlp bare": (mlp[False], None),
+        "mlp compiled": (mlp[True], None),
+        "mlp pure": (PURE_PYTHON + mlp[True], None),
         "bare": (bare, None),
         "compiled": (ours, None),
         "pure": (PURE_PYTHON + ours, None),
@@ -411,7 +431,12 @@ def instructions(steps: int) -> dict[str, float | None]:
         runs |= {"reference bare": (bare, python), "reference": (ours, python)}
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         counting = {
-            name: pool.submit(instructions_per_step, code, steps, interpreter)
+            name: pool.submit(
+                instructions_per_step,
+                code,
+                MLP_COUNTED if name.startswith("mlp") else steps,
+                interpreter,
+            )
             for name, (code, interpreter) in runs.items()
         }
         return {name: future.result() for name, future in counting.items()}
@@ -694,6 +719,9 @@ def run(quick: bool = False) -> list[Row]:
     ]
 
 
+MLP_COUNTED = 16  # MLP steps callgrind counts: two epochs (a few seconds a step under it)
+
+
 def _instruction_rows(counted: dict[str, float | None]) -> list[Row]:
     """The instructions a trivial step's hooks add (thousands), where callgrind counted them."""
     bare, compiled, pure = counted.get("bare"), counted.get("compiled"), counted.get("pure")
@@ -720,6 +748,33 @@ def _instruction_rows(counted: dict[str, float | None]) -> list[Row]:
             "k",
         ),
         *_long_epoch_rows(counted),
+        *_mlp_instruction_rows(counted),
+    ]
+
+
+def _mlp_instruction_rows(counted: dict[str, float | None]) -> list[Row]:
+    """What the hooks add to an MLP step's instructions on the training thread, as a share of
+    them: the training-thread CPU of the timed rows, counted instead of timed."""
+    bare, compiled, pure = (counted.get(f"mlp {name}") for name in ("bare", "compiled", "pure"))
+    if not bare or compiled is None or pure is None:
+        return []
+    note = (
+        f"{MLP_COUNTED} MLP steps (two epochs) counted by callgrind on the training thread: "
+        f"{(compiled - bare) / 1000:.1f}k instructions added by the compiled hooks, "
+        f"{(pure - bare) / 1000:.1f}k by the pure-Python ones, on a step of "
+        f"{bare / 1e6:.2f}M; the timed rows cannot resolve a share this small on a busy "
+        "machine (a matrix product retires several instructions a cycle, the hooks' code "
+        "fewer: their share of the CPU time is somewhat larger than of the instructions)"
+    )
+    return [
+        Row(
+            "instructions added per MLP step",
+            100 * (compiled - bare) / bare,
+            "the same, pure-Python hooks",
+            100 * (pure - bare) / bare,
+            "%",
+            note=note,
+        )
     ]
 
 
