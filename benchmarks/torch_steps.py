@@ -763,8 +763,10 @@ def _mlp_instruction_rows(counted: dict[str, float | None]) -> list[Row]:
         f"{(compiled - bare) / 1000:.1f}k instructions added by the compiled hooks, "
         f"{(pure - bare) / 1000:.1f}k by the pure-Python ones, on a step of "
         f"{bare / 1e6:.2f}M; the timed rows cannot resolve a share this small on a busy "
-        "machine (a matrix product retires several instructions a cycle, the hooks' code "
-        "fewer: their share of the CPU time is somewhat larger than of the instructions)"
+        "machine. An upper bound for a real run: under callgrind a step lasts longer than the "
+        "5 s between two measured steps, so every counted step is a measured one (its CPU "
+        "time and memory read), where a real run measures one in hundreds; but a matrix "
+        "product retires several instructions a cycle, the hooks' code fewer"
     )
     return [
         Row(
