@@ -98,7 +98,9 @@ def test_the_other_ranks_collective_spans_hold_the_wait(slow_loader):
             assert int(attribute(span, "collective.bytes")) == 4 * (32 * 64 + 64 + 64 * 4 + 4)
     waited = {rank: statistics.median(map(duration_ms, spans)) for rank, spans in by_rank.items()}
     assert waited[0] > SLOW_MS / 2 and waited[1] > SLOW_MS / 2, waited
-    assert waited[2] < SLOW_MS / 4, waited
+    # The slow rank's own all-reduce is short, but not nothing: three ranks share two cores
+    # (10 ms on a busy machine); the others waited several times longer for it.
+    assert waited[2] < SLOW_MS / 2 and 3 * waited[2] < min(waited[0], waited[1]), waited
 
 
 def test_collective_spans_are_children_of_their_backward_or_of_where_they_were_called(
