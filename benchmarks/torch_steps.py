@@ -417,27 +417,22 @@ def instructions(steps: int) -> dict[str, float | None]:
     }
     python = reference.reference_python()
     runs = {
-        "mlp bare": (mlp[False], None),
-        "mlp compiled": (mlp[True], None),
-        "mlp pure": (PURE_PYTHON + mlp[True], None),
-        "bare": (bare, None),
-        "compiled": (ours, None),
-        "pure": (PURE_PYTHON + ours, None),
-        "long bare": (bare_long, None),
-        "long compiled": (ours_long, None),
-        "long pure": (PURE_PYTHON + ours_long, None),
+        "mlp bare": (mlp[False], None, MLP_COUNTED),
+        "mlp compiled": (mlp[True], None, MLP_COUNTED),
+        "mlp pure": (PURE_PYTHON + mlp[True], None, MLP_COUNTED),
+        "bare": (bare, None, steps),
+        "compiled": (ours, None, steps),
+        "pure": (PURE_PYTHON + ours, None, steps),
+        "long bare": (bare_long, None, steps),
+        "long compiled": (ours_long, None, steps),
+        "long pure": (PURE_PYTHON + ours_long, None, steps),
     }
     if python:
-        runs |= {"reference bare": (bare, python), "reference": (ours, python)}
+        runs |= {"reference bare": (bare, python, steps), "reference": (ours, python, steps)}
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         counting = {
-            name: pool.submit(
-                instructions_per_step,
-                code,
-                MLP_COUNTED if name.startswith("mlp") else steps,
-                interpreter,
-            )
-            for name, (code, interpreter) in runs.items()
+            name: pool.submit(instructions_per_step, code, counted, interpreter)
+            for name, (code, interpreter, counted) in runs.items()
         }
         return {name: future.result() for name, future in counting.items()}
 

@@ -209,7 +209,7 @@ class Profiler:
             trace_evicted=store.evicted if store else 0,
             trace_capacity=store.capacity if store else 0,
             hot_path=hot.hot_path,
-            gzip=deflate.by,
+            gzip=deflate.compressor_name(),
         )
         return report
 
@@ -582,7 +582,7 @@ def health() -> dict[str, Any]:
         trace_evicted=store.evicted if store else 0,
         trace_capacity=store.capacity if store else 0,
         hot_path=hot.hot_path,
-        gzip=deflate.by,
+        gzip=deflate.compressor_name(),
     )
     return report
 

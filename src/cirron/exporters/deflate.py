@@ -24,29 +24,33 @@ ISAL_LEVEL = 1  # ISA-L's 2 and 3 are no smaller on spans, and 3 is five times s
 GZIP_WBITS = 31  # a gzip header and trailer around the deflate stream
 
 
-def _load() -> tuple[Any, str]:
+def _load() -> Any:
+    """ISA-L's zlib-like module, or None: not installed, or an install that does not load."""
     try:
         from isal import isal_zlib
     except ImportError:
-        return None, "zlib"
+        return None
     except Exception as error:  # noqa: BLE001 - a broken install only means zlib
         _log.warning("cirron: the isal package does not load (%s); compressing with zlib", error)
-        return None, "zlib"
-    return isal_zlib, "isal"
+        return None
+    return isal_zlib
 
 
-_isal, by = _load()
+_isal = _load()
 
 
-def compressor(level: int | None = None) -> Any:
-    """A ``compressobj`` writing one gzip member: ISA-L's at ``ISAL_LEVEL`` where it loaded,
-    else zlib's at ``level`` (``ZLIB_LEVEL`` unless given)."""
-    if _isal is not None:
-        return _isal.compressobj(ISAL_LEVEL, _isal.DEFLATED, GZIP_WBITS)
-    return zlib.compressobj(ZLIB_LEVEL if level is None else level, zlib.DEFLATED, GZIP_WBITS)
+def compressor_name() -> str:
+    """``isal`` or ``zlib``: what :func:`gzip_member` compresses with (``ci.health()``)."""
+    return "zlib" if _isal is None else "isal"
 
 
 def gzip_member(data: bytes, level: int | None = None) -> bytes:
-    """``data`` as one gzip member (see :func:`compressor`)."""
-    deflate = compressor(level)
+    """``data`` as one gzip member: by ISA-L at ``ISAL_LEVEL`` where it loaded, else by zlib
+    at ``level`` (``ZLIB_LEVEL`` unless given)."""
+    if _isal is not None:
+        deflate = _isal.compressobj(ISAL_LEVEL, _isal.DEFLATED, GZIP_WBITS)
+    else:
+        deflate = zlib.compressobj(
+            ZLIB_LEVEL if level is None else level, zlib.DEFLATED, GZIP_WBITS
+        )
     return deflate.compress(data) + deflate.flush()
