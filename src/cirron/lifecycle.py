@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .otel.threads import daemon_thread
+
 _SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), signal.SIGINT) if s is not None)
 _previous: dict[int, Any] = {}
 _handler: Callable[[int, Any], None] | None = None
@@ -34,7 +36,7 @@ _multiprocessing_hook: Any = None  # a multiprocessing.util.Finalize
 
 
 def _run_bounded(work: Callable[[], None], timeout: float) -> None:
-    thread = threading.Thread(target=work, name="cirron-exit", daemon=True)
+    thread = daemon_thread(work, "cirron-exit")
     thread.start()
     thread.join(timeout)
 

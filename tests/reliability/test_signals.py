@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,34 @@ def test_sigkill_loses_at_most_the_spans_of_the_last_flush_interval(tmp_path, fi
     figures["SIGKILL after 6 flushes: spans recorded / spooled / lost"] = (
         f"{ended_by_kill} / {spooled} / {lost} (one flush interval holds ~{per_interval:.0f})"
     )
+
+
+# -- Whose thread takes a signal ----------------------------------------------------------
+
+
+def _blocked_signals(native_id: int) -> set[int]:
+    status_lines = Path(f"/proc/self/task/{native_id}/status").read_text().splitlines()
+    (mask,) = [line.split()[1] for line in status_lines if line.startswith("SigBlk:")]
+    bits = int(mask, 16)
+    return {number for number in range(1, 65) if bits >> (number - 1) & 1}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc")
+def test_cirron_threads_leave_the_programs_signals_to_its_main_thread(tmp_path):
+    # A SIGINT the kernel hands to a sink thread would set Python's flag but not wake a main
+    # thread asleep in time.sleep(): Ctrl-C would wait for the sleep to end.
+    ci.profile(path=str(tmp_path / "trace"), frameworks=[])
+    for _epoch in ci.epochs(range(2)):
+        for step in ci.batches(range(3)):
+            with ci.scope("work"):
+                ci.mark("step", step)
+                ci.mark("loss", 0.5)
+    ci.flush()
+
+    ours = [t for t in threading.enumerate() if t.name.startswith("cirron")]
+    assert {t.name for t in ours} >= {"cirron-flush", "cirron-sink-spool"}, ours
+    for thread in ours:
+        blocked = _blocked_signals(thread.native_id)
+        assert {signal.SIGINT, signal.SIGTERM, signal.SIGALRM} <= blocked, thread.name
+        assert signal.SIGSEGV not in blocked, thread.name
+    assert signal.SIGINT not in _blocked_signals(threading.main_thread().native_id)

@@ -37,6 +37,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from ..otel.health import Health
 from ..otel.processor import Delivery
 from ..otel.spans import untraced
+from ..otel.threads import daemon_thread
 
 MAX_QUEUED_SPANS = 4096  # per sink: what a sink that can't keep up may hold in memory
 SINK_THREAD_PREFIX = "cirron-sink-"
@@ -92,9 +93,7 @@ class SinkWorker:
         self._wakeup = threading.Condition()
         self._stopping = False
         self._pid = os.getpid()
-        self._thread = threading.Thread(
-            target=self._run, name=SINK_THREAD_PREFIX + name, daemon=True
-        )
+        self._thread = daemon_thread(self._run, SINK_THREAD_PREFIX + name)
         self._thread.start()
 
     # -- the flush thread hands batches over ----------------------------------------
@@ -232,7 +231,7 @@ class SinkWorker:
         with self._wakeup:
             if self._thread.is_alive() and self._thread is not threading.current_thread():
                 return  # restarted already
-            self._thread = threading.Thread(target=self._run, name=self._thread.name, daemon=True)
+            self._thread = daemon_thread(self._run, self._thread.name)
             self._thread.start()
         self._health.thread_restarted(self._thread.name, error)
 

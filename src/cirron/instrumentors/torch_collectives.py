@@ -36,6 +36,7 @@ from typing import Any
 
 from ..otel import semconv
 from ..otel.spans import SPAN_KEY, context_variable
+from ..otel.threads import daemon_thread
 from ..recording import hook_spans, recorder, training_state
 from ..recording.guard import guarded, report
 from .torch_spans import CUDA, SITE, torch_module
@@ -171,9 +172,7 @@ def behind_device_work(pending: Pending) -> None:
 
 def _start_waiter() -> queue.SimpleQueue[Any]:
     waiting: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    thread = threading.Thread(
-        target=_wait_for_events, args=(waiting,), name="cirron-collectives", daemon=True
-    )
+    thread = daemon_thread(_wait_for_events, "cirron-collectives", (waiting,))
     thread.start()
     return waiting
 

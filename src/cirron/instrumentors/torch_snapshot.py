@@ -31,6 +31,7 @@ import weakref
 from typing import Any
 
 from ..otel import semconv
+from ..otel.threads import daemon_thread
 from ..snapshots.records import HISTOGRAM_BINS, TensorRecord, empty_summary
 from .torch_modules import unwrap
 
@@ -221,7 +222,7 @@ def _copy_bytes(ranges: list[tuple[int, int, int]]) -> None:
 
     if len(chunks) >= 4:
         try:
-            threading.Thread(target=copy_chunks, name="cirron-snapshot-copy", daemon=True).start()
+            daemon_thread(copy_chunks, "cirron-snapshot-copy").start()
         except RuntimeError:  # interpreter shutting down: no new threads
             pass
     copy_chunks()

@@ -36,6 +36,7 @@ from opentelemetry.sdk.resources import Resource
 from ..exporters.metrics_files import MetricsFileExporter
 from ..exporters.otlp_metrics import otlp_metric_exporter
 from ..otel import environment as env
+from ..otel.threads import daemon_thread
 
 _log = logging.getLogger("cirron")
 
@@ -101,7 +102,7 @@ def bounded(name: str, call: Callable[[], object]) -> threading.Thread:
         except Exception as error:  # noqa: BLE001 - someone's exporter never breaks the program
             _log.debug("cirron: %s failed: %s: %s", name, type(error).__name__, error)
 
-    thread = threading.Thread(target=run, name=f"cirron-metrics-{name}", daemon=True)
+    thread = daemon_thread(run, f"cirron-metrics-{name}")
     thread.start()
     return thread
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..otel import environment as env
 from ..otel.health import Health
+from ..otel.threads import daemon_thread
 
 SAMPLER_THREAD = "cirron-metrics-sampler"
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -203,7 +204,7 @@ class SystemSampler:
         self._cpus = _cpus()
         self._stop = threading.Event()
         self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._run, name=SAMPLER_THREAD, daemon=True)
+        self._thread = daemon_thread(self._run, SAMPLER_THREAD)
 
     def start(self) -> None:
         self._thread.start()

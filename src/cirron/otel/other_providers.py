@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from .spans import exporters_of_processor
+from .threads import daemon_thread
 
 _log = logging.getLogger("cirron")
 
@@ -76,11 +77,10 @@ class ProvidersShutdown:
             if hook is None:
                 continue
             atexit.unregister(hook)
-            thread = threading.Thread(
-                target=_shut_down,
-                args=(provider, max(0.0, deadline - time.monotonic())),
-                name=f"cirron-end-{signal}",
-                daemon=True,
+            thread = daemon_thread(
+                _shut_down,
+                f"cirron-end-{signal}",
+                (provider, max(0.0, deadline - time.monotonic())),
             )
             thread.start()
             self._closing.append((signal, provider, thread))

@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from .health import Health
 from .spans import DEFERRED_SEEN, ScopeSpan
 from .store import TraceStore
+from .threads import daemon_thread
 
 _MAX_ROOM_WAIT = 0.25  # seconds the training thread gives a flush thread that is behind
 _MAX_DEFER_SECONDS = 10.0  # how long a span may wait for a deferred attribute
@@ -122,7 +123,7 @@ class RingBufferSpanProcessor(SpanProcessor):
         self._thread: threading.Thread | None = None
         if self.sinks or background:
             self.noted = collections.deque()
-            self._thread = threading.Thread(target=self._run, name="cirron-flush", daemon=True)
+            self._thread = daemon_thread(self._run, "cirron-flush")
             self._thread.start()
         _live_processors.add(self)
 
@@ -275,7 +276,7 @@ class RingBufferSpanProcessor(SpanProcessor):
                 return
             if thread.is_alive() and thread is not threading.current_thread():
                 return  # restarted already
-            self._thread = threading.Thread(target=self._run, name=thread.name, daemon=True)
+            self._thread = daemon_thread(self._run, thread.name)
             self._thread.start()
         self._health.thread_restarted(thread.name, error)
 

@@ -29,6 +29,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from . import environment as env
 from . import ids, spans
 from .resource import build_resource, run_id
+from .threads import daemon_thread
 
 _log = logging.getLogger("cirron")
 _made_by_us: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
@@ -86,11 +87,8 @@ class OthersFlush:
         for processor in spans.span_processors(provider):
             if processor is ours:
                 continue
-            thread = threading.Thread(
-                target=_flush,
-                args=(processor, int(timeout * 1000)),
-                name="cirron-flush-provider",
-                daemon=True,
+            thread = daemon_thread(
+                _flush, "cirron-flush-provider", (processor, int(timeout * 1000))
             )
             thread.start()
             self._flushing.append((processor, thread))

@@ -30,6 +30,7 @@ from ..config import Settings
 from ..exporters import files
 from ..otel import semconv
 from ..otel.health import Health
+from ..otel.threads import daemon_thread
 from ..recording import recorder
 
 _IDLE_SECONDS = 1.0
@@ -131,9 +132,7 @@ class _Worker:
             self.queue.append(work)
             self.stopping = False
             if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._run, name="cirron-snapshots", daemon=True
-                )
+                self.thread = daemon_thread(self._run, "cirron-snapshots")
                 self.thread.start()
             self.condition.notify_all()
 

@@ -1,0 +1,50 @@
+"""cirron's own threads, made so that signals meant for the program reach its main thread.
+
+The kernel hands a process-directed signal (Ctrl-C's SIGINT, a scheduler's SIGTERM, an alarm)
+to any thread that does not block it. CPython runs Python signal handlers only in the main
+thread, and wakes that thread only when the signal lands on it: a SIGINT taken by a sink
+thread sets the handler's flag, but a main thread sleeping in ``time.sleep`` or waiting on a
+lock keeps sleeping, and the handler (the user's, or the ``KeyboardInterrupt``) runs minutes
+late. Each thread cirron starts therefore blocks these signals first, leaving them to threads
+that can act on them. Faults (SIGSEGV, SIGFPE, ...) are sent to the thread that caused them
+and are not blocked.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_FOR_THE_MAIN_THREAD = {
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+}
+
+
+def leave_signals_to_main_thread() -> None:
+    """Block the program's signals in the calling (non-main) thread; a no-op where threads
+    have no signal mask (Windows)."""
+    if (
+        hasattr(signal, "pthread_sigmask")
+        and threading.current_thread() is not threading.main_thread()
+    ):
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _FOR_THE_MAIN_THREAD)
+        except (OSError, ValueError):  # a platform that refuses one of them: keep the default
+            pass
+
+
+def daemon_thread(
+    target: Callable[..., Any], name: str, args: tuple[Any, ...] = ()
+) -> threading.Thread:
+    """A daemon thread (not started) that runs ``target(*args)`` with the program's signals
+    blocked."""
+
+    def run() -> None:
+        leave_signals_to_main_thread()
+        target(*args)
+
+    return threading.Thread(target=run, name=name, daemon=True)
