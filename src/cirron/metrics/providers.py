@@ -36,7 +36,7 @@ from opentelemetry.sdk.resources import Resource
 from ..exporters.metrics_files import MetricsFileExporter
 from ..exporters.otlp_metrics import otlp_metric_exporter
 from ..otel import environment as env
-from ..otel.threads import daemon_thread
+from ..otel.threads import daemon_thread, signals_blocked
 
 _log = logging.getLogger("cirron")
 
@@ -51,16 +51,19 @@ def readers(files: MetricsFileExporter | None, otlp: bool, interval: float) -> l
     """cirron's metric readers: the spool's ``files`` and OTLP, each collecting every
     ``interval`` seconds (OTLP: ``OTEL_METRIC_EXPORT_INTERVAL`` milliseconds when set)."""
     found: list[MetricReader] = []
-    if files is not None:
-        found.append(PeriodicExportingMetricReader(files, export_interval_millis=interval * 1000))
-    if otlp:
-        chosen = os.environ.get(env.METRIC_EXPORT_INTERVAL, "").strip()
-        found.append(
-            PeriodicExportingMetricReader(
-                otlp_metric_exporter(),
-                export_interval_millis=None if chosen else interval * 1000,
+    with signals_blocked():  # each reader starts a thread, which leaves signals to the program
+        if files is not None:
+            found.append(
+                PeriodicExportingMetricReader(files, export_interval_millis=interval * 1000)
             )
-        )
+        if otlp:
+            chosen = os.environ.get(env.METRIC_EXPORT_INTERVAL, "").strip()
+            found.append(
+                PeriodicExportingMetricReader(
+                    otlp_metric_exporter(),
+                    export_interval_millis=None if chosen else interval * 1000,
+                )
+            )
     return found
 
 

@@ -12,9 +12,10 @@ and are not blocked.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _FOR_THE_MAIN_THREAD = {
@@ -48,3 +49,22 @@ def daemon_thread(
         target(*args)
 
     return threading.Thread(target=run, name=name, daemon=True)
+
+
+@contextlib.contextmanager
+def signals_blocked() -> Iterator[None]:
+    """Block the program's signals in the calling thread for the block, so that a thread a
+    library starts inside it (the SDK's metric reader) inherits the mask. A signal that
+    arrives meanwhile is held by the kernel and handled as the block ends: none is lost."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    try:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, _FOR_THE_MAIN_THREAD)
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
