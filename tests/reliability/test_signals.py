@@ -11,6 +11,7 @@ last ``flush_interval`` are lost, and no spool file is ever half written.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -311,3 +312,27 @@ def test_cirron_threads_leave_the_programs_signals_to_its_main_thread(tmp_path):
         assert {signal.SIGINT, signal.SIGTERM, signal.SIGALRM} <= blocked, thread.name
         assert signal.SIGSEGV not in blocked, thread.name
     assert signal.SIGINT not in _blocked_signals(threading.main_thread().native_id)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc")
+def test_a_process_forked_from_a_cirron_thread_can_still_be_signalled():
+    from cirron.otel.threads import daemon_thread
+
+    read_end, write_end = os.pipe()
+    children: list[int] = []
+
+    def fork_and_report() -> None:  # e.g. an exporter of the user's that forks a helper
+        pid = os.fork()
+        if pid == 0:
+            blocked = _blocked_signals(threading.get_native_id())
+            os.write(write_end, b"1" if signal.SIGTERM in blocked else b"0")
+            os._exit(0)
+        children.append(pid)
+
+    thread = daemon_thread(fork_and_report, "cirron-test-fork")
+    thread.start()
+    thread.join(10)
+    assert os.read(read_end, 1) == b"0"
+    os.waitpid(children[0], 0)
+    os.close(read_end)
+    os.close(write_end)

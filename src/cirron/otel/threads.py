@@ -13,6 +13,7 @@ and are not blocked.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -25,6 +26,9 @@ _FOR_THE_MAIN_THREAD = {
 }
 
 
+_ours = threading.local()  # .blocked: this thread blocked them itself
+
+
 def leave_signals_to_main_thread() -> None:
     """Block the program's signals in the calling (non-main) thread; a no-op where threads
     have no signal mask (Windows)."""
@@ -34,8 +38,21 @@ def leave_signals_to_main_thread() -> None:
     ):
         try:
             signal.pthread_sigmask(signal.SIG_BLOCK, _FOR_THE_MAIN_THREAD)
+            _ours.blocked = True
         except (OSError, ValueError):  # a platform that refuses one of them: keep the default
             pass
+
+
+def _unblock_in_child() -> None:
+    # A process forked from one of these threads (an exporter's own os.fork) would start with
+    # the program's signals blocked in its only thread: SIGTERM could not end it.
+    if getattr(_ours, "blocked", False):
+        _ours.blocked = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FOR_THE_MAIN_THREAD)
+
+
+if hasattr(os, "register_at_fork") and hasattr(signal, "pthread_sigmask"):
+    os.register_at_fork(after_in_child=_unblock_in_child)
 
 
 def daemon_thread(
