@@ -293,9 +293,8 @@ def test_cirron_threads_leave_the_programs_signals_to_its_main_thread(tmp_path):
     # thread asleep in time.sleep(): Ctrl-C would wait for the sleep to end.
     ci.profile(path=str(tmp_path / "trace"), frameworks=[])
     for _epoch in ci.epochs(range(2)):
-        for step in ci.batches(range(3)):
+        for _batch in ci.batches(range(3)):
             with ci.scope("work"):
-                ci.mark("step", step)
                 ci.mark("loss", 0.5)
     ci.flush()
 

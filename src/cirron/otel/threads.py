@@ -29,18 +29,15 @@ _FOR_THE_MAIN_THREAD = {
 _ours = threading.local()  # .blocked: this thread blocked them itself
 
 
-def leave_signals_to_main_thread() -> None:
-    """Block the program's signals in the calling (non-main) thread; a no-op where threads
-    have no signal mask (Windows)."""
-    if (
-        hasattr(signal, "pthread_sigmask")
-        and threading.current_thread() is not threading.main_thread()
-    ):
-        try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _FOR_THE_MAIN_THREAD)
-            _ours.blocked = True
-        except (OSError, ValueError):  # a platform that refuses one of them: keep the default
-            pass
+def _block() -> set[int | signal.Signals] | None:
+    """Block the program's signals in the calling thread: the mask before, or None where
+    threads have no signal mask (Windows) or the platform refuses one of them."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, _FOR_THE_MAIN_THREAD)
+    except (OSError, ValueError):
+        return None
 
 
 def _unblock_in_child() -> None:
@@ -62,7 +59,7 @@ def daemon_thread(
     blocked."""
 
     def run() -> None:
-        leave_signals_to_main_thread()
+        _ours.blocked = _block() is not None
         target(*args)
 
     return threading.Thread(target=run, name=name, daemon=True)
@@ -73,15 +70,9 @@ def signals_blocked() -> Iterator[None]:
     """Block the program's signals in the calling thread for the block, so that a thread a
     library starts inside it (the SDK's metric reader) inherits the mask. A signal that
     arrives meanwhile is held by the kernel and handled as the block ends: none is lost."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    try:
-        before = signal.pthread_sigmask(signal.SIG_BLOCK, _FOR_THE_MAIN_THREAD)
-    except (OSError, ValueError):
-        yield
-        return
+    before = _block()
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        if before is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
