@@ -21,7 +21,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from cirron.exporters import spool_files
-from cirron.exporters.otlp_json import decode_request
+from cirron.exporters.otlp_json_decoder import decode_request
 from cirron.offline import chrome
 from support import clean_environment, spool_text
 

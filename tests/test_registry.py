@@ -28,7 +28,7 @@ def test_profile_imports_no_framework_the_script_does_not_use(tmp_path):
 
 def test_profile_after_torch_imports_only_what_recording_needs(tmp_path):
     # What start-up must not pay for: the protobuf and network exporters nobody configured,
-    # report and table libraries. (The trace reader is imported: see cirron.profiler.)
+    # report and table libraries, and cirron's own read-back (the spool reader, ci.trace()).
     pytest.importorskip("torch")
     result = run_python(
         """
@@ -40,7 +40,8 @@ def test_profile_after_torch_imports_only_what_recording_needs(tmp_path):
         assert ci.health()["hooks"] == ["torch"]
         added = set(sys.modules) - before
         unneeded = ("google.protobuf", "grpc", "requests", "rich", "pandas",
-                    "opentelemetry.exporter")
+                    "opentelemetry.exporter", "cirron.offline",
+                    "cirron.exporters.spool_reader", "cirron.exporters.otlp_json_decoder")
         found = sorted(m for m in added if m.startswith(unneeded))
         print(found)
         assert found == [], found

@@ -593,7 +593,7 @@ def test_whatever_valid_spans_a_file_holds_every_view_shows_each_once(request):
 
 
 def test_decode_request_is_strict_and_names_what_is_wrong(good):
-    from cirron.exporters.otlp_json import decode_request
+    from cirron.exporters.otlp_json_decoder import decode_request
 
     assert ids(decode_request(good)) == ids(spans_of(good))
     broken = copy.deepcopy(good)

@@ -22,11 +22,6 @@ from .exporters import deflate
 from .exporters.sinks import SinkWorker
 from .metrics import Recorded
 from .metrics import render as render_metrics
-
-# Imported at start, not at the first ci.trace(): a module imported at exit after an uncaught
-# Ctrl-C may define a named tuple (statistics does), whose eval() of a string makes CPython
-# forget the KeyboardInterrupt, and the process then ends with 1, not as SIGINT ends it.
-from .offline import readback
 from .otel import other_providers, provider, semconv, spans
 from .otel.health import Health
 from .otel.processor import RingBufferSpanProcessor
@@ -249,6 +244,8 @@ class Profiler:
 
     def trace(self, format: str = "text", name: str | None = None, last: int | None = None) -> Any:
         """This profiler's spans; see :func:`cirron.trace`."""
+        from .offline import readback  # read-back loads when asked, not at ci.profile()
+
         return readback.render(self.recorder if self.enabled else None, format, name, last)
 
     def metrics(self, format: str = "df") -> Any:
@@ -299,6 +296,9 @@ class Profiler:
             recorder.replace(None)
 
     def _print_summary(self) -> None:
+        # Imported at exit, so nothing new it imports may exec() or eval() a string (as a
+        # dataclass or a named tuple does): after an uncaught Ctrl-C that makes CPython
+        # forget the KeyboardInterrupt, and the process ends with 1, not as SIGINT ends it.
         from .metrics import run_summary
 
         settings = self.settings
@@ -599,6 +599,8 @@ def trace(format: str = "text", name: str | None = None, last: int | None = None
         rec = _last
     if rec is not None and not rec.enabled:
         rec = None
+    from .offline import readback  # read-back loads when asked, not at ci.profile()
+
     return readback.render(rec, format, name, last)
 
 

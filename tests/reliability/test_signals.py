@@ -204,6 +204,22 @@ def test_sigint_closes_the_interrupted_loop_scopes_and_session_with_error(ctrl_c
         assert is_error(span) and _names_sigint(span), span
 
 
+@pytest.mark.slow
+def test_an_uncaught_ctrl_c_still_ends_the_run_as_sigint_with_the_summary_printed(tmp_path):
+    # The summary is made at exit: a module first imported then must not exec() a string (a
+    # named tuple, a dataclass), which makes CPython forget the uncaught KeyboardInterrupt.
+    env = clean_environment()
+    env["CIRRON_RUN_SUMMARY"] = "1"
+    with Script(
+        SCRIPTS / "train_signal.py", str(tmp_path / "trace"), cwd=tmp_path, env=env
+    ) as script:
+        script.wait_for("READY")
+        script.send(signal.SIGINT)
+        returncode, _out, err = script.finish(timeout=20)
+    assert "[cirron] run summary: " in err
+    assert returncode == -signal.SIGINT, err
+
+
 # -- A signal can land anywhere ----------------------------------------------------------
 
 

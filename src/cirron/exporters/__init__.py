@@ -17,7 +17,6 @@ package.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -108,6 +107,8 @@ def sink_workers(
         if name == "otlp" and "spool" in sinks:
             endpoint = traces_endpoint()
             ledger = Ledger(path, endpoint).record
+            import shlex  # for this hint only
+
             replay_hint = f"cirron export {shlex.quote(path)} --endpoint {shlex.quote(endpoint)}"
             if protocol() == "grpc":
                 replay_hint += " --protocol grpc"

@@ -9,7 +9,7 @@ integers, 64-bit integers as strings, and non-finite doubles as the proto3
 JSON strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (plain JSON has no
 NaN). Strings are escaped to ASCII, so a control character or a lone
 surrogate in a value can never break a file. Reading a request back is
-:mod:`cirron.exporters.otlp_json_decoder`'s (``decode_request``, also importable here).
+:mod:`cirron.exporters.otlp_json_decoder`'s, which the writer does not load.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import Link, SpanKind, Status
 
 from ..otel.spans import UNSET_STATUS, MarkEvent, ScopeSpan
-from .otlp_json_decoder import REMOTE_PARENT as _REMOTE_PARENT
-from .otlp_json_decoder import decode_request as decode_request  # the one decoder, there
 
+REMOTE_PARENT = 0x200  # OTLP span flags: the parent's context came from another process
 _NON_FINITE = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
 # OTLP enums count from SPAN_KIND_UNSPECIFIED = 0, the API's from INTERNAL = 0.
 _KINDS = {kind: kind.value + 1 for kind in SpanKind}
@@ -153,7 +152,7 @@ def _tail(
 # start, end, attributes, flags, the rest).
 _SCOPE_SPAN = '%s%016x%s%s%s%s","endTimeUnixNano":"%s","attributes":%s%s%s'
 _LOCAL_FLAGS = f',"flags":{_FLAGS}'
-_REMOTE_FLAGS = f',"flags":{_FLAGS | _REMOTE_PARENT}'
+_REMOTE_FLAGS = f',"flags":{_FLAGS | REMOTE_PARENT}'
 
 
 class _Encoder:
@@ -273,7 +272,7 @@ def _text(
         + (',"traceState":' + _quote(trace[1]) if trace[1] else "")
         + f',"name":{_quote(name)},"kind":{kind},"startTimeUnixNano":"{start}"'
         + f',"endTimeUnixNano":"{end}","attributes":{key_values(attributes)}'
-        + f',"flags":{(_FLAGS | _REMOTE_PARENT) if remote else _FLAGS}'
+        + f',"flags":{(_FLAGS | REMOTE_PARENT) if remote else _FLAGS}'
     )
 
 

@@ -33,9 +33,9 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from ..otel import semconv
+from .otlp_json import REMOTE_PARENT
 
 MAX_VALUE_DEPTH = 32  # arrays and maps in an attribute value, nested
-REMOTE_PARENT = 0x200  # OTLP span flags: the parent's context came from another process
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _HEX = {16: re.compile(r"[0-9a-fA-F]{16}"), 32: re.compile(r"[0-9a-fA-F]{32}")}

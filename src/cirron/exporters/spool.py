@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .. import config
-from . import deflate, files, spool_reader
+from . import deflate, files
 from .otlp_json import encode_request
 from .sinks import PartialExport
 from .spool_index import IndexWriter
@@ -124,6 +124,8 @@ def spool_files(path: str = ".cirron") -> list[str]:
     """The spool files at ``path`` (a cirron directory, its spool folder or one file), oldest
     first per process: files named ``<pid>-<sequence>.json`` or ``.json.gz``, whatever else
     the folder holds."""
+    from . import spool_reader  # the reader loads when asked, not with the writer
+
     return spool_reader.spool_files(path)
 
 
@@ -134,12 +136,14 @@ def iter_spool(path: str = ".cirron") -> Iterator[dict[str, Any]]:
     ``path`` is checked when this is called; the files are read as the caller asks for them.
     """
     path = config.path_argument("path", path)
-    return _requests(spool_reader.spool_files(path))
+    return _requests(spool_files(path))
 
 
 def _requests(names: list[str]) -> Iterator[dict[str, Any]]:
     """The request of each file, holding just the spans that read, its text as written; a
     warning per file with a problem (see :mod:`cirron.exporters.spool_reader`)."""
+    from . import spool_reader
+
     for read in spool_reader.read_files(names, repair=False):
         if read.problem is not None:
             _log.warning("cirron: %s", read.problem)
@@ -180,6 +184,8 @@ def spool_spans(path: str = ".cirron") -> list[dict[str, Any]]:
     Read as :func:`read_spool` reads: every span that reads, and one warning per file that
     did not read whole. For a long run, :func:`iter_spool_spans` gives them a file at a time.
     """
+    from . import spool_reader
+
     with spool_reader.collector_paused():  # a dict a span, none in a cycle
         return list(iter_spool_spans(path))
 

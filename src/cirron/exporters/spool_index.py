@@ -46,7 +46,7 @@ from typing import Any
 from opentelemetry.trace import StatusCode
 
 from ..otel import semconv
-from . import deflate, files, spool_reader
+from . import deflate, files
 from .step_rows import StepFold
 
 _log = logging.getLogger("cirron")
@@ -300,6 +300,8 @@ def json_lines(folder: str, suffix: str) -> Iterator[Any]:
     """The JSON value of each line of the files named ``*<suffix>`` in ``folder``, file by
     file in name order; a gzip-compressed file is inflated (as far as it is whole), and a
     line that does not read (cut short by a crash, damaged) is passed over."""
+    from . import spool_reader  # the reader loads when an index is read, not written
+
     try:
         names = sorted(entry for entry in os.listdir(folder) if entry.endswith(suffix))
     except OSError:

@@ -13,6 +13,7 @@ so a key is never half-recorded either.
 
 from __future__ import annotations
 
+import functools
 import re
 
 REDACTED = "[REDACTED]"
@@ -36,7 +37,11 @@ _PATTERNS = (
     r"(?i:\b(?:password|passwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)[\"']?\s*[:=]"
     r"\s*[\"']?)(?P<secret>[^\s\"',;]{6,})",
 )
-_SECRET = re.compile("|".join(f"(?:{pattern})" for pattern in _PATTERNS))
+
+
+@functools.cache  # compiled at the first redaction (milliseconds), not at ``import cirron``
+def _secret() -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{pattern})" for pattern in _PATTERNS))
 
 
 def _replace(match: re.Match[str]) -> str:
@@ -49,4 +54,4 @@ def _replace(match: re.Match[str]) -> str:
 
 def redact(text: str) -> str:
     """``text`` with every secret-looking value replaced by :data:`REDACTED`."""
-    return _SECRET.sub(_replace, text)
+    return _secret().sub(_replace, text)

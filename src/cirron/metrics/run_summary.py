@@ -21,7 +21,6 @@ when stderr is a terminal and the run writes somewhere (``output`` other than ``
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -76,8 +75,13 @@ def lines(instruments: Instruments, elapsed_ns: int | None, path: str | None) ->
     head = f"run summary: {steps:,} step{'' if steps == 1 else 's'}"
     if elapsed_ns:
         head += f" in {format_duration(elapsed_ns)}"
-    median = statistics.median(durations) if durations else None
-    if median is not None:
+    if durations:
+        # Not statistics.median: this module is imported at exit, and statistics defines a
+        # named tuple (see Profiler._print_summary).
+        middle = len(durations) // 2
+        median = (
+            durations[middle] if len(durations) % 2 else sum(durations[middle - 1 : middle + 1]) / 2
+        )
         p95 = durations[min(len(durations) - 1, int(0.95 * len(durations)))]
         head += f" · step {_seconds(median)} median / {_seconds(p95)} p95"
     said = [head]
