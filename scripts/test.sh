@@ -16,11 +16,11 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .site
 # Two processes (pytest-xdist), a test file each at a time: a file's shared fixtures (a training
 # run, a receiver, a torchrun) are set up once; most tests wait on a subprocess or a server.
 .venv/bin/python -m pytest -q -n 2 --dist loadfile "$@"
-# The torch hooks, scopes and marks once more on their pure-Python twins, which a platform
+# The torch hooks, scopes, marks and loops once more on their pure-Python twins, which a platform
 # without the compiled helper runs (src/cirron/recording/hot.py); the run above used the
 # compiled ones where they are built. A test at a time to either process (these files share
 # no costly fixture; test_torch.py alone would keep one process busy to the end).
 if [ $# -eq 0 ]; then
     CIRRON_PURE_PYTHON=1 .venv/bin/python -m pytest -q -n 2 --dist load tests/test_torch.py \
-        tests/test_scope.py tests/test_mark.py
+        tests/test_scope.py tests/test_mark.py tests/test_loops.py
 fi

@@ -3,8 +3,8 @@ marks, a step's or a batch's span, the span processor) and their pure-Python twi
 trace: each script below runs once on each path, in this process, and the trees must match.
 
 The other tests run on whichever path this install has (``ci.health()["hot_path"]``);
-``scripts/test.sh`` runs tests/test_torch.py, test_scope.py and test_mark.py once more with
-``CIRRON_PURE_PYTHON=1``.
+``scripts/test.sh`` runs tests/test_torch.py, test_scope.py, test_mark.py and test_loops.py once
+more with ``CIRRON_PURE_PYTHON=1``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import cirron.training
 from cirron.instrumentors import torch_modules, torch_optim, torch_spans
 from cirron.otel.processor import RingBufferSpanProcessor
 from cirron.recording import hook_spans, hot
+from cirron.training import loops
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -89,6 +90,7 @@ def _pure_everywhere(monkeypatch) -> None:
     monkeypatch.setattr(scopes.Scope, "__exit__", scopes.PURE_TWINS["__exit__"])
     monkeypatch.setattr(ci, "scope", scopes.PURE_TWINS["scope"])
     monkeypatch.setattr(ci, "mark", marks.PURE_MARK)
+    monkeypatch.setattr(loops._Batches, "__next__", loops.PURE_NEXT)
     for name in ("on_start", "on_end"):
         monkeypatch.setattr(RingBufferSpanProcessor, name, scopes.PURE_TWINS[name])
     for module in [m for name, m in sys.modules.items() if name.startswith("cirron.")]:
@@ -477,6 +479,101 @@ def test_scopes_and_marks_give_the_same_trace_on_both_paths(monkeypatch):
     text = str(compiled)
     assert "'in a generator'" in text and "'thread'" in text and "'task'" in text
     assert compiled[1] == 3  # 8 marks on a span that keeps 5
+
+
+def _batches_script() -> tuple:
+    """``ci.batches`` every way a user's loop goes: work and marks inside, a step CPU clock
+    that comes due, a break, an iterator that raises, a loop inside another's batch, a step
+    of the torch hooks inside a batch, a disabled recorder. Its spans' shapes, and how often
+    the pure ``__next__`` ran."""
+    import sys
+    import time
+
+    ran = [0]
+
+    def count(frame, event, _arg):
+        if event == "call" and frame.f_code is loops.PURE_NEXT.__code__:
+            ran[0] += 1
+
+    def failing():
+        yield from range(3)
+        raise ValueError("a bad record")
+
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sys.setprofile(count)
+    try:
+        ci.profile(enabled=False)
+        assert list(ci.batches(range(3))) == [0, 1, 2]
+        ci.shutdown()
+        ci.profile(output="none", frameworks=["torch"])
+        for epoch in ci.epochs(range(2)):
+            for i in ci.batches([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]):
+                with ci.scope("work"):
+                    ci.mark("loss", i + epoch)
+                if epoch == 1 and i == 3.0:
+                    time.sleep(0.12)  # the next batch measures the step's CPU
+        for i in ci.batches(range(10)):
+            if i == 4:
+                break
+        with pytest.raises(ValueError):
+            for _ in ci.batches(failing()):
+                ci.mark("seen", 1.0)
+        for _ in ci.batches(range(2)):
+            for _ in ci.batches("ab"):
+                ci.mark("inner", 1.0)
+        for x in ci.batches([torch.ones(4, 2) for _ in range(3)]):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+    finally:
+        sys.setprofile(None)
+    ci.shutdown()
+
+    def shape(node):
+        marks = tuple((m["name"], m["value"]) for m in node["marks"])
+        measured = ("cpu", "process.", "data_load")  # times and sizes differ from run to run
+        attributes = tuple(
+            sorted((k, str(v)) for k, v in node["attributes"].items() if not k.startswith(measured))
+        )
+        children = tuple(shape(child) for child in node["children"])
+        return (node["name"], node.get("status"), marks, attributes, children)
+
+    return shape(ci.trace(format="dict")), ran[0]
+
+
+def test_batches_give_the_same_trace_on_both_paths(monkeypatch):
+    assert type(loops._Batches.__dict__["__next__"]).__name__ == "Twin"
+    compiled, in_python = _batches_script()
+    _pure_everywhere(monkeypatch)
+    pure, calls = _batches_script()
+    assert compiled == pure
+    text = str(compiled)
+    assert text.count("'epoch'") == 2 and text.count("'batch'") == 12 + 4 + 4 + 2 + 4 + 3
+    assert "'forward'" in text and "'optimizer_step'" in text
+    # The compiled __next__ ran the common case: the pure one only each loop's first item (8),
+    # the calls of the disabled recorder's loop (4), and the two around the batch that
+    # measured its step's CPU time (the clock, due, starts and ends in Python).
+    assert calls == 40 and in_python <= 15, (in_python, calls)
+
+
+def test_a_replaced_function_of_the_batches_loop_runs_with_the_pure_next(monkeypatch):
+    closed = []
+    original = loops.close_span
+
+    def close_span(opened, error=None, end_ns=None):
+        closed.append(opened[0].name)
+        return original(opened, error, end_ns)
+
+    ci.profile(output="none", frameworks=[])
+    monkeypatch.setattr(loops, "close_span", close_span)
+    assert list(ci.batches(range(5))) == list(range(5))
+    assert closed == ["batch"] * 5  # each batch ended through the replacement
+    monkeypatch.undo()
+    assert list(ci.batches(range(5))) == list(range(5))
+    assert len(closed) == 5
+    ci.shutdown()
+    assert [span["name"] for span in ci.trace(format="dict")["children"]] == ["batch"] * 10
 
 
 def test_the_compiled_scope_and_mark_read_as_the_functions_they_stand_for():

@@ -240,8 +240,10 @@ def sweep(request, tmp_path_factory):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["dry_status"] == 0
     # The armed region really ran through cirron (a mark, a scope's end, a batch's end and the
-    # next one's start): the compiled twins' calls are not seen, what they call is.
-    assert report["calls"] > (10 if request.param == "pure" else 5)
+    # next one's start): on the pure twins through a dozen calls a signal can land between;
+    # the compiled ones make no Python call there (a signal is handled only in the loop's own
+    # code around them), so their sweep is the region's edge.
+    assert report["calls"] > 10 if request.param == "pure" else report["calls"] >= 1
     return report
 
 

@@ -1163,12 +1163,13 @@ static PyObject *str_end, *str_random_ids, *str_new_span_id, *str_processors,
 
 #define SLOT(object, offset) (*(PyObject **)((char *)(object) + (offset)))
 
-enum { SCOPE_NEW, SCOPE_ENTER, SCOPE_EXIT, PROCESSOR_ON_START, PROCESSOR_ON_END };
+enum { SCOPE_NEW, SCOPE_ENTER, SCOPE_EXIT, PROCESSOR_ON_START, PROCESSOR_ON_END, BATCHES_NEXT };
 
 typedef struct {
     PyObject_HEAD
     PyObject *pure; /* the pure twin, which runs everything off the common path (PureHead) */
-    int which;      /* SCOPE_NEW (ci.scope), SCOPE_ENTER, SCOPE_EXIT, PROCESSOR_ON_START/END */
+    int which;      /* SCOPE_NEW (ci.scope), SCOPE_ENTER, SCOPE_EXIT, PROCESSOR_ON_START/END,
+                     * BATCHES_NEXT (ci.batches' __next__) */
     vectorcallfunc vectorcall;
 } TwinObject;
 _Static_assert(offsetof(TwinObject, pure) == offsetof(PureHead, pure), "Twin starts as PureHead");
@@ -1791,12 +1792,22 @@ processor_on_end(PyObject *processor, PyObject *span)
     return appended == NULL || untrack_ended(span) < 0 ? -1 : 1;
 }
 
+static PyObject *batches_next_fast(PyObject *self);
+
 static PyObject *
 twin_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     TwinObject *self = (TwinObject *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (scopes_configured() && self->which >= PROCESSOR_ON_START) {
+    if (self->which == BATCHES_NEXT) {
+        if (kwnames == NULL && nargs == 1) {
+            PyObject *item = batches_next_fast(args[0]);
+            if (item != NULL || PyErr_Occurred()) {
+                return item;
+            }
+        }
+    }
+    else if (scopes_configured() && self->which >= PROCESSOR_ON_START) {
         int done = 0;
         if (kwnames == NULL && self->which == PROCESSOR_ON_START && (nargs == 2 || nargs == 3)) {
             done = processor_on_start(args[0], args[1]);
@@ -1849,8 +1860,8 @@ twin_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO", names, &which, &pure)) {
         return NULL;
     }
-    if (which < SCOPE_NEW || which > PROCESSOR_ON_END || !PyCallable_Check(pure)) {
-        PyErr_SetString(PyExc_ValueError, "which must be 0 to 4, and pure a callable");
+    if (which < SCOPE_NEW || which > BATCHES_NEXT || !PyCallable_Check(pure)) {
+        PyErr_SetString(PyExc_ValueError, "which must be 0 to 5, and pure a callable");
         return NULL;
     }
     TwinObject *self = (TwinObject *)type->tp_alloc(type, 0);
@@ -1891,7 +1902,8 @@ static PyTypeObject TwinType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "cirron.recording._hot.Twin",
     .tp_doc = "Twin(which, pure): the compiled twin of ci.scope (0), Scope.__enter__ (1), "
-              "Scope.__exit__ (2), RingBufferSpanProcessor.on_start (3) or on_end (4).",
+              "Scope.__exit__ (2), RingBufferSpanProcessor.on_start (3) or on_end (4), or "
+              "ci.batches' __next__ (5).",
     .tp_basicsize = sizeof(TwinObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
@@ -2087,6 +2099,231 @@ close_span(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         return NULL;
     }
     return PyObject_Vectorcall(sc_close_span, args, nargsf, kwnames);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * ci.batches: the next item of a _Batches (cirron.training.loops), compiled. Its common case
+ * only, the loop past its first item over anything but a torch DataLoader, on a recorder
+ * that records, with the step CPU clock neither due nor running: the previous batch's span
+ * ends where the next one's fetch begins, the item is fetched, and its span opens. The rest
+ * is the pure __next__'s (configure_batches hands over what the case works with); while a
+ * function it does the work of is replaced (a test's monkeypatch, a user's wrapper), the
+ * pure one runs, and the replacement with it.
+ * ------------------------------------------------------------------------------------- */
+
+static PyObject *bt_type;        /* loops._Batches (exactly: a subclass is the pure's) */
+static PyObject *bt_state_type;  /* training_state.TrainingState */
+static PyObject *bt_moment_type; /* training_state.Moment */
+static PyObject *bt_yield_step;  /* training.yield_step_to_user(state) */
+static PyObject *bt_batch_name;  /* semconv.BATCH */
+static PyObject *bt_index_key;   /* semconv.INDEX */
+static PyObject *bt_one;         /* 1 */
+static PyObject *bt_patched;     /* hot.patched */
+static PyObject *bt_watched;     /* ((holder, name, what it must be), ...) */
+static PyObject *bt_seen;        /* the count when they were last looked at */
+static int bt_as_configured;     /* ... and whether each was what it must be then */
+static Py_ssize_t at_b_iterator, at_b_index, at_b_open, at_b_moment, at_b_timed;
+static Py_ssize_t at_bs_step, at_bs_measured, at_bs_every, at_bm_opened, at_bm_cpu;
+
+static int
+batches_configured(void)
+{
+    if (bt_type == NULL || !scopes_configured()) {
+        return 0;
+    }
+    PyObject *count = PyList_GET_SIZE(bt_patched) > 0 ? PyList_GET_ITEM(bt_patched, 0) : NULL;
+    if (count == bt_seen) {
+        return bt_as_configured;
+    }
+    int same = count != NULL;
+    for (Py_ssize_t i = 0; same && i < PyTuple_GET_SIZE(bt_watched); i++) {
+        PyObject *entry = PyTuple_GET_ITEM(bt_watched, i);
+        PyObject *now = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1));
+        same = now == PyTuple_GET_ITEM(entry, 2);
+        Py_XDECREF(now);
+    }
+    PyErr_Clear();
+    Py_XSETREF(bt_seen, Py_XNewRef(count));
+    bt_as_configured = same;
+    return same;
+}
+
+/* ``value`` (an int slot, borrowed; NULL when not set) as a long long into ``out``: 1, or 0
+ * for anything else (not an exact int, out of range). */
+static int
+exact_long(PyObject *value, long long *out)
+{
+    if (value == NULL || !PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* The next item of _Batches ``self`` (a new reference), NULL with an error (the iterator's,
+ * StopIteration at its end), or NULL with none: the pure __next__'s (nothing done yet). */
+static PyObject *
+batches_next_fast(PyObject *self)
+{
+    if ((PyObject *)Py_TYPE(self) != bt_type || !batches_configured()) {
+        return NULL;
+    }
+    PyObject *iterator = SLOT(self, at_b_iterator), *index = SLOT(self, at_b_index);
+    PyObject *moment = SLOT(self, at_b_moment), *open = SLOT(self, at_b_open);
+    if (iterator == NULL || iterator == Py_None || index == NULL || !PyLong_CheckExact(index)
+        || SLOT(self, at_b_timed) != Py_False || moment == NULL
+        || (PyObject *)Py_TYPE(moment) != bt_moment_type
+        || (open != NULL && open != Py_None && open != moment)) {
+        return NULL;
+    }
+    int closing = open == moment;
+    PyObject *previous = closing ? SLOT(moment, at_bm_opened) : NULL;
+    if (closing && (SLOT(moment, at_bm_cpu) != Py_None || previous == NULL
+                    || !PyTuple_CheckExact(previous) || PyTuple_GET_SIZE(previous) != 3)) {
+        return NULL; /* a measured step ends in Python (resources.step_ends) */
+    }
+    PyObject *rec = recording(sh_recorder), *state = NULL, *started = NULL;
+    PyObject *item = NULL, *attributes = NULL, *opened = NULL, *result = NULL;
+    if (rec == NULL) {
+        return NULL;
+    }
+    /* Held: ending a span runs the provider's other processors, which could touch the loop. */
+    Py_INCREF(iterator);
+    Py_INCREF(index);
+    Py_INCREF(moment);
+    state = rec_field(rec, REC_TRAINING);
+    if (state == NULL || (PyObject *)Py_TYPE(state) != bt_state_type
+        || (started = PyObject_CallNoArgs(sh_time_ns)) == NULL) {
+        goto other;
+    }
+    long long start, measured, every;
+    if (!exact_long(started, &start) || !exact_long(SLOT(state, at_bs_measured), &measured)
+        || !exact_long(SLOT(state, at_bs_every), &every) || measured == 0
+        || start - measured < 0 || start - measured >= every) {
+        goto other; /* the step CPU clock is due: resources.cpu_mark, in Python */
+    }
+    /* From here on, what the pure __next__ does, in its order. */
+    if (closing) {
+        Py_INCREF(previous);
+        Py_XSETREF(SLOT(self, at_b_open), Py_NewRef(Py_None));
+        if (SLOT(state, at_bs_step) == moment) {
+            Py_XSETREF(SLOT(state, at_bs_step), Py_NewRef(Py_None));
+        }
+        int closed = close_opened(previous, started);
+        Py_DECREF(previous);
+        if (closed < 0) {
+            goto done;
+        }
+    }
+    item = PyIter_Next(iterator);
+    if (item == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetNone(PyExc_StopIteration);
+        }
+        goto done;
+    }
+    if ((attributes = PyDict_New()) == NULL
+        || PyDict_SetItem(attributes, bt_index_key, index) < 0) {
+        goto done;
+    }
+    PyObject *step = SLOT(state, at_bs_step);
+    if (step != NULL && step != Py_None) { /* a step another owner left open */
+        PyObject *yielded = PyObject_CallOneArg(bt_yield_step, state);
+        if (yielded == NULL) {
+            goto done;
+        }
+        Py_DECREF(yielded);
+    }
+    opened = open_on_fast(rec, bt_batch_name, attributes, started, Py_None);
+    if (opened == NULL && !PyErr_Occurred()) {
+        PyObject *call[4] = {rec, bt_batch_name, attributes, started};
+        opened = PyObject_Vectorcall(sc_open_on, call, 4, NULL);
+    }
+    if (opened == NULL) {
+        goto done;
+    }
+    PyObject *next_index = PyNumber_Add(index, bt_one);
+    if (next_index == NULL) {
+        goto done;
+    }
+    Py_XSETREF(SLOT(moment, at_bm_opened), Py_NewRef(opened));
+    Py_XSETREF(SLOT(moment, at_bm_cpu), Py_NewRef(Py_None));
+    Py_XSETREF(SLOT(state, at_bs_step), Py_NewRef(moment));
+    Py_XSETREF(SLOT(self, at_b_open), Py_NewRef(moment));
+    Py_XSETREF(SLOT(self, at_b_index), next_index);
+    result = Py_NewRef(item);
+    goto done;
+
+other:
+    PyErr_Clear();
+done:
+    Py_DECREF(iterator);
+    Py_DECREF(index);
+    Py_DECREF(moment);
+    Py_DECREF(rec);
+    Py_XDECREF(state);
+    Py_XDECREF(started);
+    Py_XDECREF(item);
+    Py_XDECREF(attributes);
+    Py_XDECREF(opened);
+    return result;
+}
+
+static PyObject *
+configure_batches(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    PyObject *f[9];
+    static char *names[] = {"batches", "loop", "state", "moment", "yield_step", "batch_name",
+                            "index_key", "patched", "watched", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$O!O!O!O!OUUO!O!", names, &PyType_Type, &f[0],
+                                     &PyType_Type, &f[1], &PyType_Type, &f[2], &PyType_Type,
+                                     &f[3], &f[4], &f[5], &f[6], &PyList_Type, &f[7],
+                                     &PyTuple_Type, &f[8])) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f[8]); i++) {
+        PyObject *entry = PyTuple_GET_ITEM(f[8], i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3
+            || !PyUnicode_Check(PyTuple_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "watched must hold (holder, name, value) triples");
+            return NULL;
+        }
+    }
+    Py_ssize_t at[10];
+    struct {
+        PyObject *type;
+        const char *slot;
+    } slots[10] = {{f[1], "_iterator"}, {f[1], "_index"}, {f[1], "_open"}, {f[0], "_moment"},
+                   {f[0], "_timed"}, {f[2], "step"}, {f[2], "measured_ns"},
+                   {f[2], "measure_every_ns"}, {f[3], "opened"}, {f[3], "cpu"}};
+    for (int i = 0; i < 10; i++) {
+        if ((at[i] = slot_offset(slots[i].type, slots[i].slot)) < 0) {
+            return NULL;
+        }
+    }
+    if (bt_one == NULL && (bt_one = PyLong_FromLong(1)) == NULL) {
+        return NULL;
+    }
+    PyObject **kept[9] = {&bt_type, NULL, &bt_state_type, &bt_moment_type, &bt_yield_step,
+                          &bt_batch_name, &bt_index_key, &bt_patched, &bt_watched};
+    for (int i = 0; i < 9; i++) {
+        if (kept[i] != NULL) {
+            Py_XSETREF(*kept[i], Py_NewRef(f[i]));
+        }
+    }
+    Py_CLEAR(bt_seen); /* looked at again on the next call */
+    Py_ssize_t *offsets[10] = {&at_b_iterator, &at_b_index, &at_b_open, &at_b_moment,
+                               &at_b_timed, &at_bs_step, &at_bs_measured, &at_bs_every,
+                               &at_bm_opened, &at_bm_cpu};
+    for (int i = 0; i < 10; i++) {
+        *offsets[i] = at[i];
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -3991,6 +4228,10 @@ static PyMethodDef hot_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "configure_scopes(*, enclosing, depth_key, context, restore, scope, random_bits, open_on, "
      "close_span, max_depth): what the scopes work with, besides what configure gave."},
+    {"configure_batches", (PyCFunction)(void (*)(void))configure_batches,
+     METH_VARARGS | METH_KEYWORDS,
+     "configure_batches(*, batches, loop, state, moment, yield_step, batch_name, index_key, "
+     "patched, watched): what ci.batches' compiled __next__ works with."},
     {"open_on", (PyCFunction)(void (*)(void))open_on, METH_FASTCALL | METH_KEYWORDS,
      "open_on(rec, name, attributes, start_ns, parent=None): cirron.recording.scopes.open_on, "
      "compiled."},

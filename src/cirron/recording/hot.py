@@ -8,7 +8,8 @@ and end), for the step cycle of a plain torch loop (the next batch's fetch, its
 forward, backward and optimizer step: ``LoopHook`` and the module call, configured
 by :mod:`cirron.instrumentors.torch`), and for the API's commonest calls:
 ``ci.scope`` and ``ci.mark``, the opening and closing of a step, an epoch or a
-batch (``scopes.open_on`` and ``close_span``), the span processor's ``on_start``/``on_end`` for cirron's
+batch (``scopes.open_on`` and ``close_span``), ``ci.batches``' next item (one batch's
+span ended and the next one's begun, with no Python frame), the span processor's ``on_start``/``on_end`` for cirron's
 spans (whose ``on_end`` also takes an ended span out of the garbage collector's
 sight: nothing it holds refers back to it), and the spool encoder's spans,
 attributes and marks (``otlp_json.scope_span``, ``key_values`` and ``_events``).
@@ -16,7 +17,8 @@ Each handles the common case only and hands anything else to its pure-Python
 twin (:func:`cirron.instrumentors.torch_modules.make_module_call`, the torch
 hooks of :mod:`cirron.instrumentors.torch_steps`' moments, :mod:`cirron.recording.hook_spans`, :func:`cirron.instrumentors.torch_spans.open_hook`,
 ``PURE_TWINS`` in :mod:`cirron.recording.scopes` and in
-:mod:`cirron.exporters.otlp_json`, ``PURE_MARK`` in :mod:`cirron.recording.marks`):
+:mod:`cirron.exporters.otlp_json`, ``PURE_MARK`` in :mod:`cirron.recording.marks`,
+``PURE_NEXT`` in :mod:`cirron.training.loops`):
 those are the reference and what every other platform gets; both give the same spans.
 
 ``CIRRON_PURE_PYTHON=1`` asks for the pure twin even where the extension is

@@ -8,6 +8,7 @@ types and their number are passed through unchanged.
 
 from __future__ import annotations
 
+import sys
 import time
 import weakref
 from collections.abc import Iterable, Iterator
@@ -15,9 +16,9 @@ from typing import Any, TypeVar
 
 from .. import training
 from ..otel import semconv
-from ..recording import hook_spans, recorder
+from ..recording import hook_spans, hot, recorder
 from ..recording.scopes import close_span, open_on
-from ..recording.training_state import USER, Moment
+from ..recording.training_state import USER, Moment, TrainingState
 from . import resources
 
 T = TypeVar("T")
@@ -182,6 +183,33 @@ class _Batches(_Loop[T]):
                 state.step = None
             resources.step_ends(opened.opened[0], opened.cpu, state)
             close_span(opened.opened)
+
+
+# The reference __next__ of ci.batches. Where the compiled helper is built, its twin runs the
+# common case (past the first item, no DataLoader, no CPU measurement due or running) and
+# hands the rest to this one; both give the same spans (tests/test_hot_paths.py).
+PURE_NEXT = _Batches.__next__
+if hot.compiled is not None:
+    _this = sys.modules[__name__]
+    for _module in (_this, training):
+        hot.watch(_module)
+    hot.compiled.configure_batches(
+        batches=_Batches,
+        loop=_Loop,
+        state=TrainingState,
+        moment=Moment,
+        yield_step=training.yield_step_to_user,
+        batch_name=semconv.BATCH,
+        index_key=semconv.INDEX,
+        patched=hot.patched,
+        watched=(
+            (_this, "open_on", open_on),
+            (_this, "close_span", close_span),
+            (_this, "_time_ns", _time_ns),
+            (training, "yield_step_to_user", training.yield_step_to_user),
+        ),
+    )
+    _Batches.__next__ = hot.compiled.Twin(5, PURE_NEXT)  # type: ignore[method-assign]
 
 
 def epochs(iterable: Iterable[T]) -> Iterator[T]:
