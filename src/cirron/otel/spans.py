@@ -92,6 +92,20 @@ class MarkEvent(Event):
 class TracerState:
     """What every span of one tracer shares: resource, scope, processor, limits."""
 
+    # Slots: the compiled helper reads the processors and random_ids by offset, every span.
+    __slots__ = (
+        "resource",
+        "scope",
+        "processors",
+        "max_events",
+        "max_value_length",
+        "new_trace_id",
+        "random_ids",
+        "_generate_span_id",
+        "_handlers_for",
+        "_handlers",
+    )
+
     def __init__(
         self, provider: TracerProvider, tracer: Any, max_events: int, max_value_length: int
     ) -> None:

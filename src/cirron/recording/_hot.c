@@ -244,6 +244,8 @@ static PyObject *sh_time_ns;     /* time.time_ns */
 static PyObject *sh_recorder_dict; /* the recorder module's namespace: its "current" */
 static PyObject *sh_recorder_type; /* cirron.recording.recorder.Recorder (its fields are slots) */
 static PyObject *sh_unset_status;  /* spans.UNSET_STATUS: a new span's status */
+static PyObject *sh_tracer_state;  /* spans.TracerState: its processors and random_ids, slots */
+static Py_ssize_t ts_at_processors, ts_at_random_ids;
 
 /* The Recorder fields the twins read, several a step: by their slots' offsets. */
 enum { REC_ENABLED, REC_TRAINING, REC_SESSION, REC_SESSION_CONTEXT, REC_LEAN, REC_PROCESSOR,
@@ -367,14 +369,19 @@ rec_true(PyObject *rec, int which)
 static PyObject *
 configure(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *f[10];
+    PyObject *f[11];
     static char *names[] = {"recorder", "pending", "open", "completed", "context_var",
                             "span_key", "scope_span", "time_ns", "recorder_type", "unset_status",
-                            NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!OOO!OO!O", names, &f[0], &PyList_Type,
-                                     &f[1], &PyList_Type, &f[2], &PyList_Type, &f[3], &f[4],
-                                     &f[5], &PyType_Type, &f[6], &f[7], &PyType_Type, &f[8],
-                                     &f[9])) {
+                            "tracer_state", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO!O!O!OOO!OO!OO!", names, &f[0],
+                                     &PyList_Type, &f[1], &PyList_Type, &f[2], &PyList_Type,
+                                     &f[3], &f[4], &f[5], &PyType_Type, &f[6], &f[7],
+                                     &PyType_Type, &f[8], &f[9], &PyType_Type, &f[10])) {
+        return NULL;
+    }
+    Py_ssize_t at_processors = slot_offset(f[10], "processors");
+    Py_ssize_t at_random_ids = at_processors < 0 ? -1 : slot_offset(f[10], "random_ids");
+    if (at_random_ids < 0) {
         return NULL;
     }
     if (!PyContextVar_CheckExact(f[4]) || !PyModule_Check(f[0])) {
@@ -400,8 +407,12 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
     for (int i = 0; i < SP_FIELDS; i++) {
         sp_at[i] = span_offsets[i];
     }
+    Py_XSETREF(sh_tracer_state, Py_NewRef(f[10]));
+    ts_at_processors = at_processors;
+    ts_at_random_ids = at_random_ids;
     Py_RETURN_NONE;
 }
+
 
 /* ---------------------------------------------------------------------------------------
  * Hook spans: cirron.recording.hook_spans.begin/end and their _finished, compiled.
@@ -1230,6 +1241,19 @@ scope_new_fast(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return scope;
 }
 
+/* A TracerState's processors (a new reference; NULL with an error): by offset. */
+static PyObject *
+state_processors(PyObject *state)
+{
+    if (sh_tracer_state != NULL && (PyObject *)Py_TYPE(state) == sh_tracer_state) {
+        PyObject *value = *(PyObject **)((char *)state + ts_at_processors);
+        if (value != NULL) {
+            return Py_NewRef(value);
+        }
+    }
+    return PyObject_GetAttr(state, str_processors);
+}
+
 /* ScopeSpan(name, trace_id, parent, attributes, state, parent_context, start_ns), as its
  * __init__ makes it (new reference): the same fields, then each processor's on_start. Called
  * where scopes_configured(): configure and configure_scopes made what it sets. */
@@ -1237,7 +1261,11 @@ static PyObject *
 new_scope_span(PyObject *const *fields)
 {
     PyObject *state = fields[4];
-    int random_ids = attribute_true(state, str_random_ids);
+    PyObject *random_slot = sh_tracer_state != NULL && (PyObject *)Py_TYPE(state) == sh_tracer_state
+                                ? *(PyObject **)((char *)state + ts_at_random_ids) : NULL;
+    int random_ids = random_slot == Py_True    ? 1
+                     : random_slot == Py_False ? 0
+                                               : attribute_true(state, str_random_ids);
     if (random_ids < 0) {
         return NULL;
     }
@@ -1273,7 +1301,7 @@ new_scope_span(PyObject *const *fields)
     }
     Py_DECREF(span_id);
     Py_DECREF(start);
-    PyObject *processors = PyObject_GetAttr(state, str_processors);
+    PyObject *processors = state_processors(state);
     PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
     Py_XDECREF(processors);
     if (each == NULL || !PyTuple_Check(each)) {
@@ -1327,7 +1355,7 @@ end_scope_span(PyObject *span, PyObject *end_ns)
         return -1;
     }
     PyObject *state = span_field(span, SP_STATE);
-    PyObject *processors = state == NULL ? NULL : PyObject_GetAttr(state, str_processors);
+    PyObject *processors = state == NULL ? NULL : state_processors(state);
     PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
     Py_XDECREF(state);
     Py_XDECREF(processors);

@@ -99,7 +99,7 @@ def watch(module: types.ModuleType) -> None:
 compiled, hot_path = _load()
 if compiled is not None:
     from ..exporters import otlp_json
-    from ..otel.spans import SPAN_KEY, UNSET_STATUS, ScopeSpan, context_variable
+    from ..otel.spans import SPAN_KEY, UNSET_STATUS, ScopeSpan, TracerState, context_variable
     from . import recorder, training_state
 
     # What every compiled twin reads (the hook spans, the scopes, the mark), given once: each
@@ -115,6 +115,7 @@ if compiled is not None:
         time_ns=time.time_ns,
         recorder_type=recorder.Recorder,
         unset_status=UNSET_STATUS,
+        tracer_state=TracerState,
     )
     # The spool's encoder, in a package below this one, writes with it too.
     otlp_json.use_compiled(compiled)
