@@ -2153,27 +2153,41 @@ static int bt_as_configured;     /* ... and whether each was what it must be the
 static Py_ssize_t at_b_iterator, at_b_index, at_b_open, at_b_moment, at_b_timed;
 static Py_ssize_t at_bs_step, at_bs_measured, at_bs_every, at_bm_opened, at_bm_cpu;
 
+/* Whether each function a compiled twin does the work of is still the one it was given:
+ * ``watched`` holds (holder, name) pairs, each to be cirron's own (cirrons_own), or (holder,
+ * name, value) triples, each to be that very object. Looked at again only when hot.patched
+ * (``patched``) counted an attribute set on a watched module or class since ``*seen``. */
+static int cirrons_own(PyObject *function);
+
+static int
+as_configured(PyObject *patched, PyObject *watched, PyObject **seen, int *same_then)
+{
+    PyObject *count = PyList_GET_SIZE(patched) > 0 ? PyList_GET_ITEM(patched, 0) : NULL;
+    if (count == *seen) {
+        return *same_then;
+    }
+    int same = count != NULL;
+    for (Py_ssize_t i = 0; same && i < PyTuple_GET_SIZE(watched); i++) {
+        PyObject *entry = PyTuple_GET_ITEM(watched, i);
+        PyObject *now = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1));
+        same = now != NULL
+               && (PyTuple_GET_SIZE(entry) == 3 ? now == PyTuple_GET_ITEM(entry, 2)
+                                                : cirrons_own(now));
+        Py_XDECREF(now);
+    }
+    PyErr_Clear();
+    Py_XSETREF(*seen, Py_XNewRef(count));
+    *same_then = same;
+    return same;
+}
+
 static int
 batches_configured(void)
 {
     if (bt_type == NULL || !scopes_configured()) {
         return 0;
     }
-    PyObject *count = PyList_GET_SIZE(bt_patched) > 0 ? PyList_GET_ITEM(bt_patched, 0) : NULL;
-    if (count == bt_seen) {
-        return bt_as_configured;
-    }
-    int same = count != NULL;
-    for (Py_ssize_t i = 0; same && i < PyTuple_GET_SIZE(bt_watched); i++) {
-        PyObject *entry = PyTuple_GET_ITEM(bt_watched, i);
-        PyObject *now = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1));
-        same = now == PyTuple_GET_ITEM(entry, 2);
-        Py_XDECREF(now);
-    }
-    PyErr_Clear();
-    Py_XSETREF(bt_seen, Py_XNewRef(count));
-    bt_as_configured = same;
-    return same;
+    return as_configured(bt_patched, bt_watched, &bt_seen, &bt_as_configured);
 }
 
 /* ``value`` (an int slot, borrowed; NULL when not set) as a long long into ``out``: 1, or 0
@@ -2995,21 +3009,7 @@ loop_configured(void)
     if (lp_loop == NULL || sh_recorder == NULL || hs_build_here == NULL || sc_open_on == NULL) {
         return 0;
     }
-    PyObject *count = PyList_GET_SIZE(lp_patched) > 0 ? PyList_GET_ITEM(lp_patched, 0) : NULL;
-    if (count == lp_seen) {
-        return lp_as_configured;
-    }
-    int same = count != NULL;
-    for (Py_ssize_t i = 0; same && i < PyTuple_GET_SIZE(lp_watched); i++) {
-        PyObject *entry = PyTuple_GET_ITEM(lp_watched, i);
-        PyObject *now = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1));
-        same = now != NULL && cirrons_own(now);
-        Py_XDECREF(now);
-    }
-    PyErr_Clear();
-    Py_XSETREF(lp_seen, Py_XNewRef(count));
-    lp_as_configured = same;
-    return same;
+    return as_configured(lp_patched, lp_watched, &lp_seen, &lp_as_configured);
 }
 
 /* The core guard, inline: an Exception set now is reported for the torch hooks' site and
