@@ -552,9 +552,10 @@ def test_batches_give_the_same_trace_on_both_paths(monkeypatch):
     assert text.count("'epoch'") == 2 and text.count("'batch'") == 12 + 4 + 4 + 2 + 4 + 3
     assert "'forward'" in text and "'optimizer_step'" in text
     # The compiled __next__ ran the common case: the pure one only each loop's first item (8),
-    # the calls of the disabled recorder's loop (4), and the two around the batch that
-    # measured its step's CPU time (the clock, due, starts and ends in Python).
-    assert calls == 40 and in_python <= 15, (in_python, calls)
+    # the calls of the disabled recorder's loop (4), and the two around each batch that
+    # measured its step's CPU time (the clock, due, starts and ends in Python: one here, a
+    # few more where a busy machine stalls the loop past the clock's interval).
+    assert calls == 40 and in_python * 2 < calls, (in_python, calls)
 
 
 def test_a_replaced_function_of_the_batches_loop_runs_with_the_pure_next(monkeypatch):
