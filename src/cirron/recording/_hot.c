@@ -413,7 +413,6 @@ configure(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
-
 /* ---------------------------------------------------------------------------------------
  * Hook spans: cirron.recording.hook_spans.begin/end and their _finished, compiled.
  *
@@ -1241,17 +1240,18 @@ scope_new_fast(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     return scope;
 }
 
-/* A TracerState's processors (a new reference; NULL with an error): by offset. */
+/* A tracer state's field (a new reference; NULL with an error): by its slot's ``offset`` on
+ * a TracerState, by ``name`` on anything else or a slot not set. */
 static PyObject *
-state_processors(PyObject *state)
+state_field(PyObject *state, Py_ssize_t offset, PyObject *name)
 {
     if (sh_tracer_state != NULL && (PyObject *)Py_TYPE(state) == sh_tracer_state) {
-        PyObject *value = *(PyObject **)((char *)state + ts_at_processors);
+        PyObject *value = *(PyObject **)((char *)state + offset);
         if (value != NULL) {
             return Py_NewRef(value);
         }
     }
-    return PyObject_GetAttr(state, str_processors);
+    return PyObject_GetAttr(state, name);
 }
 
 /* ScopeSpan(name, trace_id, parent, attributes, state, parent_context, start_ns), as its
@@ -1261,11 +1261,9 @@ static PyObject *
 new_scope_span(PyObject *const *fields)
 {
     PyObject *state = fields[4];
-    PyObject *random_slot = sh_tracer_state != NULL && (PyObject *)Py_TYPE(state) == sh_tracer_state
-                                ? *(PyObject **)((char *)state + ts_at_random_ids) : NULL;
-    int random_ids = random_slot == Py_True    ? 1
-                     : random_slot == Py_False ? 0
-                                               : attribute_true(state, str_random_ids);
+    PyObject *random = state_field(state, ts_at_random_ids, str_random_ids);
+    int random_ids = random == NULL ? -1 : PyObject_IsTrue(random);
+    Py_XDECREF(random);
     if (random_ids < 0) {
         return NULL;
     }
@@ -1301,7 +1299,7 @@ new_scope_span(PyObject *const *fields)
     }
     Py_DECREF(span_id);
     Py_DECREF(start);
-    PyObject *processors = state_processors(state);
+    PyObject *processors = state_field(state, ts_at_processors, str_processors);
     PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
     Py_XDECREF(processors);
     if (each == NULL || !PyTuple_Check(each)) {
@@ -1355,7 +1353,8 @@ end_scope_span(PyObject *span, PyObject *end_ns)
         return -1;
     }
     PyObject *state = span_field(span, SP_STATE);
-    PyObject *processors = state == NULL ? NULL : state_processors(state);
+    PyObject *processors =
+        state == NULL ? NULL : state_field(state, ts_at_processors, str_processors);
     PyObject *each = processors == NULL ? NULL : PyObject_GetAttr(processors, str_span_processors);
     Py_XDECREF(state);
     Py_XDECREF(processors);
