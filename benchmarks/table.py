@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,6 +34,28 @@ def half_iqr(values: Iterable[float]) -> float | None:
         return None
     low, _median, high = statistics.quantiles(values, n=4)
     return (high - low) / 2
+
+
+def median_interval(values: Iterable[float]) -> tuple[float, float] | None:
+    """A 95 % interval for the median of the population ``values`` were drawn from.
+
+    Distribution-free (the order statistics a binomial(n, 1/2) count puts
+    either side of the median 95 % of the time), so a skewed or noisy set of
+    pairs gets an honest one. Where the spread says how far one pair strays,
+    this says how far the median itself may be off: whether a target is met.
+    None for fewer than 6 values, whose widest interval covers less than 95 %.
+    """
+    ordered = sorted(values)
+    count = len(ordered)
+    if count < 6:
+        return None
+    # The largest k with P(Binomial(count, 1/2) < k) <= 2.5 %: then
+    # [ordered[k - 1], ordered[count - k]] covers the median at least 95 % of the time.
+    below, k = 0.0, 0
+    while below + math.comb(count, k) / 2**count <= 0.025:
+        below += math.comb(count, k) / 2**count
+        k += 1
+    return ordered[k - 1], ordered[count - k]
 
 
 def _format(value: float | None, unit: str) -> str:

@@ -34,7 +34,7 @@ import cirron as ci
 
 from . import reference
 from .counted import PURE_PYTHON, instructions_per_step
-from .table import Row, half_iqr
+from .table import Row, half_iqr, median_interval
 
 # What a step runs inside when nothing is turned on around it: one object, reused, so the
 # bare step pays the same ``with`` as a step a peer wraps (a fraction of a microsecond).
@@ -491,7 +491,22 @@ class _Figures:
         """Half the interquartile range of the added time over pairs."""
         return half_iqr(on - off for off, on in self.pairs[name])
 
+    def interval(self, name: str) -> str:
+        """The 95 % interval of the median added share, in words (for a row's note)."""
+        bare = self.bare(name)
+        bounds = median_interval(100 * (on - off) / bare for off, on in self.pairs[name])
+        if bounds is None:
+            return f"{len(self.pairs[name])} pairs, too few for an interval of the median"
+        return (
+            f"the median of {len(self.pairs[name])} pairs; 95 % interval of that median "
+            f"[{bounds[0]:.2f}, {bounds[1]:.2f}] %"
+        )
 
+
+ADDED_NOTE = (
+    " (the spread says how far one pair strays from the median; the interval, where the "
+    "median itself lies: whether a target is met)"
+)
 PURE_NOTE = (
     "the same pairs with CIRRON_PURE_PYTHON=1, the path of a platform "
     "the compiled helper is not built for; the rows above run the compiled nn.Module.__call__, "
@@ -613,6 +628,7 @@ def run(quick: bool = False) -> list[Row]:
             "%",
             share(theirs) if theirs else None,
             spread=100 * (ours.spread("mlp") or 0.0) / ours.bare("mlp"),
+            note="MLP: " + ours.interval("mlp") + ADDED_NOTE,
         ),
         Row(
             "  added, pure-Python hooks",
@@ -621,7 +637,7 @@ def run(quick: bool = False) -> list[Row]:
             None,
             "%",
             spread=100 * (pure.spread("mlp") or 0.0) / pure.bare("mlp"),
-            note=PURE_NOTE,
+            note=f"{pure.interval('mlp')}; {PURE_NOTE}",
         ),
         Row(
             "conv net step (10-50 ms)",
@@ -640,6 +656,7 @@ def run(quick: bool = False) -> list[Row]:
             "%",
             share(theirs, "conv") if theirs else None,
             spread=100 * (ours.spread("conv") or 0.0) / ours.bare("conv"),
+            note="conv net: " + ours.interval("conv"),
         ),
         Row(
             "added per step, 401 modules",

@@ -67,3 +67,12 @@ def test_rows_show_a_dash_where_the_reference_sdk_is_not_installed():
     output = _run(["-c", code], CIRRON_REFERENCE_PYTHON="")
     for row in ("empty ci.scope", "ci.mark point", "ci.batches per item", "disabled ci.scope"):
         assert _reference_cells(output, row) == ["-", "-"]
+
+
+def test_the_interval_of_a_median_is_the_order_statistics_a_fair_coin_gives():
+    from benchmarks.table import median_interval
+
+    assert median_interval(range(5)) is None  # too few for 95 %
+    assert median_interval(range(6)) == (0, 5)
+    assert median_interval(range(30)) == (9, 20)  # the textbook ranks 10 and 21
+    assert median_interval(reversed(range(100))) == (39, 60)
