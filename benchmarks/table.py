@@ -52,8 +52,7 @@ def median_interval(values: Iterable[float]) -> tuple[float, float] | None:
     # The largest k with P(Binomial(count, 1/2) < k) <= 2.5 %: then
     # [ordered[k - 1], ordered[count - k]] covers the median at least 95 % of the time.
     below, k = 0.0, 0
-    while below + math.comb(count, k) / 2**count <= 0.025:
-        below += math.comb(count, k) / 2**count
+    while (below := below + math.comb(count, k) / 2**count) <= 0.025:
         k += 1
     return ordered[k - 1], ordered[count - k]
 
